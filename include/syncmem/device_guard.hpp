@@ -1,0 +1,43 @@
+#pragma once
+
+/// @file device_guard.hpp
+/// @brief RAII switch of the current device for a scope.
+
+#include "syncmem/device_id.hpp"
+
+namespace syncmem {
+
+/// @brief Makes a device current for the guard's scope and restores the
+/// previous one when the scope ends, also by an exception. A no-op (no call
+/// into the CUDA runtime beyond reading the current device) when the device
+/// is already current. Every syncmem operation that touches device memory,
+/// frees included, runs under one.
+///
+/// Thread safety: a guard belongs to the thread that made it.
+class device_guard {
+ public:
+  /// @throws syncmem::logic_error when `target` is not a valid device.
+  explicit device_guard(device_id target);
+  ~device_guard();
+
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+  device_guard(device_guard&&) = delete;
+  device_guard& operator=(device_guard&&) = delete;
+
+  /// @brief The device current before the guard.
+  [[nodiscard]] device_id original() const noexcept { return original_; }
+  /// @brief The device the guard made current.
+  [[nodiscard]] device_id target() const noexcept { return target_; }
+  /// @brief Whether the guard had to switch.
+  [[nodiscard]] bool switched() const noexcept { return switched_; }
+
+ private:
+  device_id original_;
+  device_id target_;
+  int original_cuda_index_;  // CUDA's current device before, -1 when not read
+  bool original_emulated_selected_;
+  bool switched_;
+};
+
+}  // namespace syncmem

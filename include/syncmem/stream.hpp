@@ -1,0 +1,137 @@
+#pragma once
+
+/// @file stream.hpp
+/// @brief Streams: ordered queues of device work. `stream` owns one,
+/// `stream_view` refers to one without owning it.
+///
+/// A stream belongs to one device. Work on one stream runs in the order it was
+/// enqueued; work on different streams is unordered unless ordered by events.
+/// CUDA handles are held as the forward-declared `CUstream_st*`, so no CUDA
+/// header is needed; include/syncmem/cuda/interop.hpp converts to and from
+/// `cudaStream_t`.
+
+#include <cstddef>
+#include <functional>
+#include <utility>
+
+#include "syncmem/device_id.hpp"
+
+struct CUstream_st;
+
+namespace syncmem {
+
+class event;
+class stream;
+class stream_view;
+
+namespace detail {
+struct stream_access;
+}
+
+/// @brief The default stream of a device: the legacy default stream (handle
+/// 0) for a CUDA device, so that work launched without a stream is ordered
+/// with it; a per-device worker stream for an emulated device.
+/// @throws syncmem::logic_error for an invalid device.
+[[nodiscard]] stream_view default_stream(device_id device);
+/// @brief The default stream of the current device.
+[[nodiscard]] stream_view default_stream();
+
+/// @brief A non-owning reference to a stream of a known device. Cheap to copy.
+/// Like RMM's cuda_stream_view it cannot be made from an int or nullptr; make
+/// one from a `stream`, from default_stream(), or from a cudaStream_t through
+/// include/syncmem/cuda/interop.hpp.
+///
+/// The stream must outlive every use of the view.
+class stream_view {
+ public:
+  stream_view() = delete;
+  stream_view(int) = delete;
+  stream_view(std::nullptr_t) = delete;
+
+  /// @brief The device the stream belongs to.
+  [[nodiscard]] device_id device() const noexcept { return device_; }
+  /// @brief The native handle: a `cudaStream_t` for CUDA (nullptr is the
+  /// legacy default stream); opaque for emulated devices.
+  [[nodiscard]] CUstream_st* native_handle() const noexcept { return handle_; }
+  /// @brief Whether this is default_stream(device()).
+  [[nodiscard]] bool is_default() const;
+
+  /// @brief Blocks until all work enqueued so far has completed.
+  void synchronize() const;
+  /// @brief Whether all work enqueued so far has completed.
+  [[nodiscard]] bool ready() const;
+  /// @brief Makes work enqueued later on this stream wait for the work that
+  /// `e` was last recorded after (without blocking the host).
+  /// @throws syncmem::logic_error when `e` belongs to another device.
+  void wait(const event& e) const;
+  /// @brief Enqueues a host function, run in stream order once the work before
+  /// it has completed (cudaLaunchHostFunc on CUDA). It must not call into
+  /// CUDA, nor throw; on an emulated device an exception it throws is reported
+  /// by the next synchronize().
+  void launch_host_func(std::function<void()> fn) const;
+
+  friend bool operator==(stream_view, stream_view) noexcept = default;
+
+ private:
+  friend class stream;
+  friend struct detail::stream_access;
+  constexpr stream_view(device_id device, CUstream_st* handle) noexcept : device_{device}, handle_{handle} {}
+
+  device_id device_;
+  CUstream_st* handle_;
+};
+
+/// @brief How a stream is made.
+struct stream_options {
+  /// @brief Whether the stream may run concurrently with the legacy default
+  /// stream (cudaStreamNonBlocking). On by default.
+  bool non_blocking = true;
+  /// @brief Priority as for cudaStreamCreateWithPriority (lower is higher
+  /// priority; 0 is the default). Emulated devices ignore it.
+  int priority = 0;
+};
+
+/// @brief An owning stream. Move-only; destroying it lets enqueued work
+/// finish (CUDA's semantics; an emulated stream finishes it before returning).
+///
+/// Thread safety: enqueueing from several threads is safe; moving or
+/// destroying while other threads use it is not.
+class stream {
+ public:
+  /// @brief A new stream on `device`.
+  explicit stream(device_id device, stream_options options = {});
+  /// @brief A new stream on the current device.
+  stream();
+  ~stream();
+
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+  stream(stream&& other) noexcept;
+  stream& operator=(stream&& other) noexcept;
+
+  /// @throws syncmem::logic_error on a moved-from stream.
+  [[nodiscard]] stream_view view() const;
+  operator stream_view() const { return view(); }  // NOLINT(google-explicit-constructor)
+
+  [[nodiscard]] device_id device() const noexcept { return device_; }
+  void synchronize() const { view().synchronize(); }
+  [[nodiscard]] bool ready() const { return view().ready(); }
+  void wait(const event& e) const;
+  void launch_host_func(std::function<void()> fn) const { view().launch_host_func(std::move(fn)); }
+
+ private:
+  void reset() noexcept;
+
+  device_id device_;
+  CUstream_st* handle_ = nullptr;
+  bool valid_ = false;
+};
+
+namespace detail {
+/// @brief For syncmem's own code: a view of a raw handle of a known device.
+struct stream_access {
+  static constexpr stream_view make(device_id device, CUstream_st* handle) noexcept { return {device, handle}; }
+};
+}  // namespace detail
+
+}  // namespace syncmem

@@ -1,0 +1,14 @@
+#pragma once
+
+/// @file syncmem.hpp
+/// @brief Everything public and backend-neutral (no CUDA header needed).
+
+#include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/device_id.hpp"
+#include "syncmem/emulated.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/event.hpp"
+#include "syncmem/memory_kind.hpp"
+#include "syncmem/stream.hpp"
+#include "syncmem/version.hpp"

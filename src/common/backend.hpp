@@ -1,0 +1,130 @@
+#pragma once
+
+// The few operations a device offers, implemented once for the CUDA runtime
+// (src/cuda) and once for emulated devices (src/emulated). Everything above
+// layer 2 reaches devices only through this interface, so that every device
+// code path runs on machines without a GPU too.
+//
+// Callers hold a device_guard for the device when they call; the CUDA backend
+// relies on the current device being right, the emulated one takes the index.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "syncmem/device.hpp"
+#include "syncmem/device_id.hpp"
+#include "syncmem/memory_kind.hpp"
+
+struct CUstream_st;
+struct CUevent_st;
+
+namespace syncmem::detail {
+
+using host_func = void (*)(void*);
+
+// Flags with the values of cudaHostAlloc* and cudaHostRegister*.
+inline constexpr unsigned host_alloc_portable = 1;
+inline constexpr unsigned host_alloc_mapped = 2;
+inline constexpr unsigned host_alloc_write_combined = 4;
+inline constexpr unsigned host_register_portable = 1;
+inline constexpr unsigned host_register_mapped = 2;
+inline constexpr unsigned host_register_read_only = 8;
+
+// A physical allocation for the virtual memory API (cuMemCreate or emulated).
+using physical_handle = unsigned long long;
+
+class backend {
+ public:
+  backend() = default;
+  backend(const backend&) = delete;
+  backend& operator=(const backend&) = delete;
+  virtual ~backend() = default;
+
+  [[nodiscard]] virtual device_kind kind() const noexcept = 0;
+  [[nodiscard]] virtual int device_count() noexcept = 0;
+  [[nodiscard]] virtual std::string why_no_devices() = 0;
+  [[nodiscard]] virtual device_properties properties(int index) = 0;
+  [[nodiscard]] virtual memory_info memory(int index) = 0;
+  virtual void synchronize_device(int index) = 0;
+  // CUDA's notion of the current device; the emulated backend has none.
+  virtual void make_current(int index) = 0;
+  [[nodiscard]] virtual int current_index() = 0;
+
+  // Device memory. allocate returns nullptr when the device is out of memory
+  // (callers turn that into syncmem::out_of_memory with what they know) and
+  // throws for any other failure.
+  [[nodiscard]] virtual void* allocate(int index, std::size_t bytes) = 0;
+  virtual void deallocate(int index, void* p, std::size_t bytes) noexcept = 0;
+  // Stream-ordered allocation (cudaMallocAsync on the device's default pool);
+  // nullptr when out of memory.
+  [[nodiscard]] virtual void* allocate_async(int index, std::size_t bytes, CUstream_st* s) = 0;
+  virtual void deallocate_async(int index, void* p, CUstream_st* s) noexcept = 0;
+  virtual void set_pool_release_threshold(int index, std::size_t bytes) = 0;
+
+  // Pinned host memory; nullptr when pinning fails for lack of resources.
+  [[nodiscard]] virtual void* allocate_pinned(std::size_t bytes, unsigned flags) = 0;
+  virtual void deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
+  virtual void register_host(void* p, std::size_t bytes, unsigned flags) = 0;
+  virtual void unregister_host(void* p) noexcept = 0;
+
+  // Streams. default_stream is the handle default_stream(device) uses.
+  [[nodiscard]] virtual CUstream_st* create_stream(int index, bool non_blocking, int priority) = 0;
+  virtual void destroy_stream(int index, CUstream_st* s) noexcept = 0;
+  [[nodiscard]] virtual CUstream_st* default_stream(int index) = 0;
+  virtual void synchronize_stream(int index, CUstream_st* s) = 0;
+  [[nodiscard]] virtual bool stream_ready(int index, CUstream_st* s) = 0;
+  virtual void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) = 0;
+  virtual void memcpy_async(void* dst, const void* src, std::size_t bytes, int index, CUstream_st* s) = 0;
+  virtual void memset_async(void* dst, int value, std::size_t bytes, int index, CUstream_st* s) = 0;
+
+  // Events.
+  [[nodiscard]] virtual CUevent_st* create_event(int index, bool timing, bool blocking_sync) = 0;
+  virtual void destroy_event(int index, CUevent_st* e) noexcept = 0;
+  virtual void record_event(int index, CUevent_st* e, CUstream_st* s) = 0;
+  [[nodiscard]] virtual bool event_ready(int index, CUevent_st* e) = 0;
+  virtual void synchronize_event(int index, CUevent_st* e) = 0;
+  virtual void stream_wait_event(int index, CUstream_st* s, CUevent_st* e) = 0;
+  [[nodiscard]] virtual float elapsed_ms(int index, CUevent_st* start, CUevent_st* end) = 0;
+
+  // What this backend knows of a pointer; nullopt when it is not its memory.
+  [[nodiscard]] virtual std::optional<pointer_attributes> pointer_info(const void* p) = 0;
+
+  // Peer access between two devices of this backend.
+  [[nodiscard]] virtual bool can_access_peer(int index, int peer) = 0;
+  virtual void enable_peer_access(int index, int peer) = 0;
+
+  // The virtual memory API (growable segments). vmm_granularity returns 0
+  // when the device does not support it.
+  [[nodiscard]] virtual std::size_t vmm_granularity(int index) = 0;
+  [[nodiscard]] virtual void* vmm_reserve(int index, std::size_t bytes) = 0;
+  virtual void vmm_free_address(int index, void* p, std::size_t bytes) noexcept = 0;
+  // 0 when out of memory.
+  [[nodiscard]] virtual physical_handle vmm_create(int index, std::size_t bytes) = 0;
+  virtual void vmm_release(int index, physical_handle h, std::size_t bytes) noexcept = 0;
+  virtual void vmm_map(int index, void* p, std::size_t bytes, physical_handle h) = 0;
+  virtual void vmm_unmap(int index, void* p, std::size_t bytes) noexcept = 0;
+};
+
+// The backend of a kind. The CUDA one exists in every build: without CUDA it
+// reports no devices and refuses everything else.
+[[nodiscard]] backend& backend_for(device_kind kind) noexcept;
+[[nodiscard]] inline backend& backend_for(device_id id) noexcept { return backend_for(id.kind()); }
+
+// Implemented in src/cuda (or src/common/no_cuda_backend.cpp) and src/emulated.
+[[nodiscard]] backend& cuda_backend() noexcept;
+[[nodiscard]] backend& emulated_backend() noexcept;
+
+// The CUDA runtime's names for an error code, "" without CUDA.
+[[nodiscard]] const char* cuda_error_name(int code) noexcept;
+[[nodiscard]] const char* cuda_error_message(int code) noexcept;
+// Clears the CUDA runtime's last (non-sticky) error; no-op without CUDA.
+void cuda_clear_last_error() noexcept;
+// Whether an error code means the runtime is shutting down.
+[[nodiscard]] bool cuda_is_shutting_down(int code) noexcept;
+// Whether the CUDA backend was compiled in, and the versions it sees (0 when none).
+[[nodiscard]] bool cuda_compiled() noexcept;
+[[nodiscard]] int cuda_runtime_version() noexcept;
+[[nodiscard]] int cuda_driver_version() noexcept;
+
+}  // namespace syncmem::detail

@@ -1,0 +1,77 @@
+// The CUDA backend of a build without CUDA: no devices, and every device
+// operation refused with syncmem::unsupported_error.
+
+#include "backend.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::detail {
+
+const char* cuda_error_name(int) noexcept { return "cudaError (no CUDA in this build)"; }
+const char* cuda_error_message(int) noexcept { return "this build of syncmem has no CUDA backend"; }
+void cuda_clear_last_error() noexcept {}
+bool cuda_is_shutting_down(int) noexcept { return false; }
+bool cuda_compiled() noexcept { return false; }
+int cuda_runtime_version() noexcept { return 0; }
+int cuda_driver_version() noexcept { return 0; }
+
+namespace {
+
+[[noreturn]] void refuse() {
+  SYNCMEM_UNSUPPORTED("CUDA devices are not available: this build of syncmem has no CUDA backend "
+                      "(configured with SYNCMEM_ENABLE_CUDA=OFF or without a CUDA toolkit)");
+}
+
+class backend_impl final : public backend {
+ public:
+  device_kind kind() const noexcept override { return device_kind::cuda; }
+  int device_count() noexcept override { return 0; }
+  std::string why_no_devices() override { return "this build of syncmem has no CUDA backend"; }
+  device_properties properties(int) override { refuse(); }
+  memory_info memory(int) override { refuse(); }
+  void synchronize_device(int) override { refuse(); }
+  void make_current(int) override { refuse(); }
+  int current_index() override { refuse(); }
+  void* allocate(int, std::size_t) override { refuse(); }
+  void deallocate(int, void*, std::size_t) noexcept override {}
+  void* allocate_async(int, std::size_t, CUstream_st*) override { refuse(); }
+  void deallocate_async(int, void*, CUstream_st*) noexcept override {}
+  void set_pool_release_threshold(int, std::size_t) override { refuse(); }
+  void* allocate_pinned(std::size_t, unsigned) override { refuse(); }
+  void deallocate_pinned(void*, std::size_t) noexcept override {}
+  void register_host(void*, std::size_t, unsigned) override { refuse(); }
+  void unregister_host(void*) noexcept override {}
+  CUstream_st* create_stream(int, bool, int) override { refuse(); }
+  void destroy_stream(int, CUstream_st*) noexcept override {}
+  CUstream_st* default_stream(int) override { refuse(); }
+  void synchronize_stream(int, CUstream_st*) override { refuse(); }
+  bool stream_ready(int, CUstream_st*) override { refuse(); }
+  void launch_host_func(int, CUstream_st*, host_func, void*) override { refuse(); }
+  void memcpy_async(void*, const void*, std::size_t, int, CUstream_st*) override { refuse(); }
+  void memset_async(void*, int, std::size_t, int, CUstream_st*) override { refuse(); }
+  CUevent_st* create_event(int, bool, bool) override { refuse(); }
+  void destroy_event(int, CUevent_st*) noexcept override {}
+  void record_event(int, CUevent_st*, CUstream_st*) override { refuse(); }
+  bool event_ready(int, CUevent_st*) override { refuse(); }
+  void synchronize_event(int, CUevent_st*) override { refuse(); }
+  void stream_wait_event(int, CUstream_st*, CUevent_st*) override { refuse(); }
+  float elapsed_ms(int, CUevent_st*, CUevent_st*) override { refuse(); }
+  std::optional<pointer_attributes> pointer_info(const void*) override { return std::nullopt; }
+  bool can_access_peer(int, int) override { refuse(); }
+  void enable_peer_access(int, int) override { refuse(); }
+  std::size_t vmm_granularity(int) override { return 0; }
+  void* vmm_reserve(int, std::size_t) override { refuse(); }
+  void vmm_free_address(int, void*, std::size_t) noexcept override {}
+  physical_handle vmm_create(int, std::size_t) override { refuse(); }
+  void vmm_release(int, physical_handle, std::size_t) noexcept override {}
+  void vmm_map(int, void*, std::size_t, physical_handle) override { refuse(); }
+  void vmm_unmap(int, void*, std::size_t) noexcept override {}
+};
+
+}  // namespace
+
+backend& cuda_backend() noexcept {
+  static backend_impl impl;
+  return impl;
+}
+
+}  // namespace syncmem::detail

@@ -1,0 +1,98 @@
+#include "syncmem/stream.hpp"
+
+#include <memory>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "backend.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/event.hpp"
+
+namespace syncmem {
+
+stream_view default_stream(device_id device) {
+  check_device(device);
+  return detail::stream_access::make(device, detail::backend_for(device).default_stream(device.index()));
+}
+
+stream_view default_stream() { return default_stream(current_device()); }
+
+bool stream_view::is_default() const {
+  return handle_ == detail::backend_for(device_).default_stream(device_.index());
+}
+
+void stream_view::synchronize() const {
+  device_guard guard{device_};
+  detail::backend_for(device_).synchronize_stream(device_.index(), handle_);
+}
+
+bool stream_view::ready() const {
+  device_guard guard{device_};
+  return detail::backend_for(device_).stream_ready(device_.index(), handle_);
+}
+
+void stream_view::wait(const event& e) const {
+  SYNCMEM_EXPECTS(e.device() == device_,
+                  fmt::format("a stream of {} cannot wait on an event of {}: both must belong to one device",
+                              to_string(device_), to_string(e.device())));
+  device_guard guard{device_};
+  detail::backend_for(device_).stream_wait_event(device_.index(), handle_, e.native_handle());
+}
+
+void stream_view::launch_host_func(std::function<void()> fn) const {
+  SYNCMEM_EXPECTS(static_cast<bool>(fn), "launch_host_func: the function is empty");
+  auto owned = std::make_unique<std::function<void()>>(std::move(fn));
+  auto trampoline = [](void* data) {
+    std::unique_ptr<std::function<void()>> f{static_cast<std::function<void()>*>(data)};
+    (*f)();
+  };
+  device_guard guard{device_};
+  detail::backend_for(device_).launch_host_func(device_.index(), handle_, trampoline, owned.get());
+  (void)owned.release();  // the trampoline owns it now
+}
+
+stream::stream(device_id device, stream_options options) : device_{device} {
+  device_guard guard{device};
+  handle_ = detail::backend_for(device).create_stream(device.index(), options.non_blocking, options.priority);
+  valid_ = true;
+}
+
+stream::stream() : stream{current_device()} {}
+
+stream::~stream() { reset(); }
+
+stream::stream(stream&& other) noexcept
+    : device_{other.device_}, handle_{std::exchange(other.handle_, nullptr)}, valid_{std::exchange(other.valid_, false)} {}
+
+stream& stream::operator=(stream&& other) noexcept {
+  if (this != &other) {
+    reset();
+    device_ = other.device_;
+    handle_ = std::exchange(other.handle_, nullptr);
+    valid_ = std::exchange(other.valid_, false);
+  }
+  return *this;
+}
+
+void stream::reset() noexcept {
+  if (!valid_) return;
+  valid_ = false;
+  try {
+    device_guard guard{device_};
+    detail::backend_for(device_).destroy_stream(device_.index(), handle_);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing to release
+  }
+  handle_ = nullptr;
+}
+
+stream_view stream::view() const {
+  SYNCMEM_EXPECTS(valid_, "use of a moved-from syncmem::stream");
+  return detail::stream_access::make(device_, handle_);
+}
+
+void stream::wait(const event& e) const { view().wait(e); }
+
+}  // namespace syncmem

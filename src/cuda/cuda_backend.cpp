@@ -1,0 +1,422 @@
+// The CUDA backend: the CUDA runtime behind the backend interface.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cctype>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "../common/backend.hpp"
+#include "../common/log.hpp"
+#include "driver_api.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::detail {
+
+const char* cuda_error_name(int code) noexcept { return cudaGetErrorName(static_cast<cudaError_t>(code)); }
+const char* cuda_error_message(int code) noexcept { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+void cuda_clear_last_error() noexcept { (void)cudaGetLastError(); }
+bool cuda_is_shutting_down(int code) noexcept {
+  return code == cudaErrorCudartUnloading || code == cudaErrorContextIsDestroyed;
+}
+
+namespace cuda {
+namespace {
+
+cudaStream_t native(CUstream_st* s) noexcept { return s; }
+cudaEvent_t native(CUevent_st* e) noexcept { return e; }
+
+// A PCIe link speed as sysfs writes it ("32.0 GT/s PCIe") to a generation.
+int pcie_generation_of(const std::string& speed) {
+  const double gts = std::atof(speed.c_str());
+  if (gts >= 60) return 6;
+  if (gts >= 30) return 5;
+  if (gts >= 15) return 4;
+  if (gts >= 7.5) return 3;
+  if (gts >= 4.5) return 2;
+  if (gts >= 2) return 1;
+  return 0;
+}
+
+std::string read_line(const std::string& path) {
+  std::ifstream in{path};
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+struct host_call {
+  host_func fn;
+  void* user_data;
+};
+
+void CUDART_CB run_host_call(void* data) {
+  auto* call = static_cast<host_call*>(data);
+  try {
+    call->fn(call->user_data);
+  } catch (const std::exception& e) {
+    logger().error("a host function enqueued on a CUDA stream threw: {}", e.what());
+  } catch (...) {
+    logger().error("a host function enqueued on a CUDA stream threw");
+  }
+  delete call;
+}
+
+class backend_impl final : public backend {
+ public:
+  device_kind kind() const noexcept override { return device_kind::cuda; }
+
+  int device_count() noexcept override {
+    std::call_once(count_once_, [this] {
+      int n = 0;
+      const cudaError_t status = cudaGetDeviceCount(&n);
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        count_ = 0;
+        why_ = fmt::format("the CUDA runtime finds no GPU: {} ({})", cudaGetErrorName(status),
+                           cudaGetErrorString(status));
+      } else {
+        count_ = n;
+        if (n == 0) why_ = "the CUDA runtime finds no GPU";
+      }
+    });
+    return count_;
+  }
+
+  std::string why_no_devices() override {
+    (void)device_count();
+    return why_;
+  }
+
+  device_properties properties(int index) override {
+    cudaDeviceProp prop{};
+    SYNCMEM_CUDA_TRY(cudaGetDeviceProperties(&prop, index));
+    device_properties p;
+    p.id = device_id::cuda(index);
+    p.name = prop.name;
+    p.total_memory = prop.totalGlobalMem;
+    p.compute_capability_major = prop.major;
+    p.compute_capability_minor = prop.minor;
+    p.multiprocessors = prop.multiProcessorCount;
+    p.async_engines = prop.asyncEngineCount;
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, index) == cudaSuccess) {
+      p.pci_bus_id = bus;
+      std::string lower = p.pci_bus_id;
+      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+      const std::string dir = "/sys/bus/pci/devices/" + lower + "/";
+      p.pcie_generation = pcie_generation_of(read_line(dir + "current_link_speed"));
+      p.pcie_width = std::atoi(read_line(dir + "current_link_width").c_str());
+    } else {
+      cudaGetLastError();
+    }
+    const auto& api = driver();
+    int vmm = 0;
+    if (api.loaded && api.device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                               index) == CUDA_SUCCESS) {
+      p.supports_virtual_memory = vmm != 0;
+    }
+    return p;
+  }
+
+  memory_info memory(int) override {
+    std::size_t free = 0;
+    std::size_t total = 0;
+    SYNCMEM_CUDA_TRY(cudaMemGetInfo(&free, &total));
+    return {free, total};
+  }
+
+  void synchronize_device(int) override { SYNCMEM_CUDA_TRY(cudaDeviceSynchronize()); }
+  void make_current(int index) override { SYNCMEM_CUDA_TRY(cudaSetDevice(index)); }
+  int current_index() override {
+    int index = 0;
+    SYNCMEM_CUDA_TRY(cudaGetDevice(&index));
+    return index;
+  }
+
+  // ---- memory ----------------------------------------------------------------
+  void* allocate(int, std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    SYNCMEM_CUDA_TRY(status);
+    return p;
+  }
+
+  void deallocate(int, void* p, std::size_t) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFree(p)); }
+
+  void* allocate_async(int, std::size_t bytes, CUstream_st* s) override {
+    void* p = nullptr;
+    const cudaError_t status = cudaMallocAsync(&p, bytes, native(s));
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    SYNCMEM_CUDA_TRY(status);
+    return p;
+  }
+
+  void deallocate_async(int, void* p, CUstream_st* s) noexcept override {
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFreeAsync(p, native(s)));
+  }
+
+  void set_pool_release_threshold(int index, std::size_t bytes) override {
+    cudaMemPool_t pool = nullptr;
+    SYNCMEM_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, index));
+    auto threshold = static_cast<unsigned long long>(bytes);
+    SYNCMEM_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  }
+
+  void* allocate_pinned(std::size_t bytes, unsigned flags) override {
+    void* p = nullptr;
+    const cudaError_t status = cudaHostAlloc(&p, bytes, flags);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    SYNCMEM_CUDA_TRY(status);
+    return p;
+  }
+
+  void deallocate_pinned(void* p, std::size_t) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFreeHost(p)); }
+
+  void register_host(void* p, std::size_t bytes, unsigned flags) override {
+    SYNCMEM_CUDA_TRY(cudaHostRegister(p, bytes, flags));
+  }
+
+  void unregister_host(void* p) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaHostUnregister(p)); }
+
+  // ---- streams ---------------------------------------------------------------
+  CUstream_st* create_stream(int, bool non_blocking, int priority) override {
+    cudaStream_t s = nullptr;
+    SYNCMEM_CUDA_TRY(
+        cudaStreamCreateWithPriority(&s, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, priority));
+    return s;
+  }
+
+  void destroy_stream(int, CUstream_st* s) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(s)); }
+  CUstream_st* default_stream(int) override { return nullptr; }  // the legacy default stream
+  void synchronize_stream(int, CUstream_st* s) override { SYNCMEM_CUDA_TRY(cudaStreamSynchronize(native(s))); }
+
+  bool stream_ready(int, CUstream_st* s) override {
+    const cudaError_t status = cudaStreamQuery(native(s));
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    SYNCMEM_CUDA_TRY(status);
+    return true;
+  }
+
+  void launch_host_func(int, CUstream_st* s, host_func fn, void* user_data) override {
+    auto* call = new host_call{fn, user_data};
+    const cudaError_t status = cudaLaunchHostFunc(native(s), run_host_call, call);
+    if (status != cudaSuccess) delete call;
+    SYNCMEM_CUDA_TRY(status);
+  }
+
+  void memcpy_async(void* dst, const void* src, std::size_t bytes, int, CUstream_st* s) override {
+    if (bytes == 0) return;
+    SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(s)));
+  }
+
+  void memset_async(void* dst, int value, std::size_t bytes, int, CUstream_st* s) override {
+    if (bytes == 0) return;
+    SYNCMEM_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, native(s)));
+  }
+
+  // ---- events ----------------------------------------------------------------
+  CUevent_st* create_event(int, bool timing, bool blocking_sync) override {
+    unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
+    if (blocking_sync) flags |= cudaEventBlockingSync;
+    cudaEvent_t e = nullptr;
+    SYNCMEM_CUDA_TRY(cudaEventCreateWithFlags(&e, flags));
+    return e;
+  }
+
+  void destroy_event(int, CUevent_st* e) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(e)); }
+  void record_event(int, CUevent_st* e, CUstream_st* s) override { SYNCMEM_CUDA_TRY(cudaEventRecord(e, s)); }
+
+  bool event_ready(int, CUevent_st* e) override {
+    const cudaError_t status = cudaEventQuery(native(e));
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    SYNCMEM_CUDA_TRY(status);
+    return true;
+  }
+
+  void synchronize_event(int, CUevent_st* e) override { SYNCMEM_CUDA_TRY(cudaEventSynchronize(native(e))); }
+  void stream_wait_event(int, CUstream_st* s, CUevent_st* e) override {
+    SYNCMEM_CUDA_TRY(cudaStreamWaitEvent(native(s), native(e), 0));
+  }
+
+  float elapsed_ms(int, CUevent_st* start, CUevent_st* end) override {
+    float ms = 0;
+    SYNCMEM_CUDA_TRY(cudaEventElapsedTime(&ms, native(start), native(end)));
+    return ms;
+  }
+
+  // ---- pointers --------------------------------------------------------------
+  std::optional<pointer_attributes> pointer_info(const void* p) override {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    pointer_attributes a;
+    switch (attr.type) {
+      case cudaMemoryTypeHost: a.kind = memory_kind::pinned_host; break;
+      case cudaMemoryTypeDevice: a.kind = memory_kind::device; break;
+      case cudaMemoryTypeManaged: a.kind = memory_kind::managed; break;
+      default: return std::nullopt;  // unregistered: pageable
+    }
+    if (attr.device >= 0) a.device = device_id::cuda(attr.device);
+    const auto& api = driver();
+    if (api.loaded) {
+      CUdeviceptr base = 0;
+      size_t size = 0;
+      const auto address = reinterpret_cast<CUdeviceptr>(p);
+      if (api.pointer_get_attribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) == CUDA_SUCCESS &&
+          api.pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) == CUDA_SUCCESS) {
+        a.base = reinterpret_cast<const void*>(base);
+        a.size = size;
+      }
+    }
+    return a;
+  }
+
+  // ---- peers -----------------------------------------------------------------
+  bool can_access_peer(int index, int peer) override {
+    if (index == peer) return true;
+    int can = 0;
+    SYNCMEM_CUDA_TRY(cudaDeviceCanAccessPeer(&can, index, peer));
+    return can != 0;
+  }
+
+  void enable_peer_access(int index, int peer) override {
+    if (index == peer) return;
+    std::lock_guard lock{peer_mutex_};
+    const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
+    if (status == cudaErrorPeerAccessAlreadyEnabled) {
+      cudaGetLastError();
+      return;
+    }
+    (void)index;
+    SYNCMEM_CUDA_TRY(status);
+  }
+
+  // ---- virtual memory ----------------------------------------------------------
+  std::size_t vmm_granularity(int index) override {
+    const auto& api = driver();
+    if (!api.loaded) return 0;
+    int supported = 0;
+    if (api.device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, index) !=
+            CUDA_SUCCESS ||
+        supported == 0) {
+      return 0;
+    }
+    auto prop = allocation_prop(index);
+    size_t granularity = 0;
+    SYNCMEM_CU_TRY(api.mem_get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    return granularity;
+  }
+
+  void* vmm_reserve(int, std::size_t bytes) override {
+    CUdeviceptr p = 0;
+    SYNCMEM_CU_TRY(driver().mem_address_reserve(&p, bytes, 0, 0, 0));
+    return reinterpret_cast<void*>(p);
+  }
+
+  void vmm_free_address(int, void* p, std::size_t bytes) noexcept override {
+    const CUresult status = driver().mem_address_free(reinterpret_cast<CUdeviceptr>(p), bytes);
+    if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
+      logger().error("cuMemAddressFree failed: {}", static_cast<int>(status));
+    }
+  }
+
+  physical_handle vmm_create(int index, std::size_t bytes) override {
+    auto prop = allocation_prop(index);
+    CUmemGenericAllocationHandle handle = 0;
+    const CUresult status = driver().mem_create(&handle, bytes, &prop, 0);
+    if (status == CUDA_ERROR_OUT_OF_MEMORY) return 0;
+    SYNCMEM_CU_TRY(status);
+    return handle;
+  }
+
+  void vmm_release(int, physical_handle h, std::size_t) noexcept override {
+    const CUresult status = driver().mem_release(h);
+    if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
+      logger().error("cuMemRelease failed: {}", static_cast<int>(status));
+    }
+  }
+
+  void vmm_map(int index, void* p, std::size_t bytes, physical_handle h) override {
+    const auto address = reinterpret_cast<CUdeviceptr>(p);
+    SYNCMEM_CU_TRY(driver().mem_map(address, bytes, 0, h, 0));
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = index;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUresult status = driver().mem_set_access(address, bytes, &access, 1);
+    if (status != CUDA_SUCCESS) {
+      driver().mem_unmap(address, bytes);
+      throw_driver_error(status, "cuMemSetAccess", __FILE__, __LINE__);
+    }
+  }
+
+  void vmm_unmap(int, void* p, std::size_t bytes) noexcept override {
+    const CUresult status = driver().mem_unmap(reinterpret_cast<CUdeviceptr>(p), bytes);
+    if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
+      logger().error("cuMemUnmap failed: {}", static_cast<int>(status));
+    }
+  }
+
+ private:
+  static CUmemAllocationProp allocation_prop(int index) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = index;
+    return prop;
+  }
+
+  std::once_flag count_once_;
+  int count_ = 0;
+  std::string why_;
+  std::mutex peer_mutex_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+backend& cuda_backend() noexcept {
+  static auto* const impl = new cuda::backend_impl{};  // never destroyed: used after main() too
+  return *impl;
+}
+
+bool cuda_compiled() noexcept { return true; }
+
+int cuda_runtime_version() noexcept {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return v;
+}
+
+int cuda_driver_version() noexcept {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return v;
+}
+
+}  // namespace syncmem::detail

@@ -1,0 +1,61 @@
+#pragma once
+
+// An emulated stream: a worker thread that runs its operations one after the
+// other, in the order they were enqueued, each after an optional random delay.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace syncmem::detail::emulated {
+
+class worker_stream {
+ public:
+  // max_delay_us is read before every operation, so that the delay can be
+  // changed while streams run.
+  worker_stream(int device, const std::atomic<std::int64_t>& max_delay_us);
+  ~worker_stream();  // runs what is queued, then stops
+
+  worker_stream(const worker_stream&) = delete;
+  worker_stream& operator=(const worker_stream&) = delete;
+
+  void enqueue(std::function<void()> op);
+  // Waits for everything enqueued so far. Throws syncmem::logic_error if an
+  // operation threw since the last synchronize().
+  void synchronize();
+  [[nodiscard]] bool ready();
+  [[nodiscard]] int device() const noexcept { return device_; }
+
+ private:
+  void run();
+
+  int device_;
+  const std::atomic<std::int64_t>& max_delay_us_;
+  std::mutex mutex_;
+  std::condition_variable work_available_;
+  std::condition_variable work_done_;
+  std::deque<std::function<void()>> queue_;
+  std::uint64_t enqueued_ = 0;
+  std::uint64_t completed_ = 0;
+  bool stopping_ = false;
+  std::string error_;
+  std::thread thread_;
+};
+
+// The state behind an emulated event: generations recorded and completed.
+struct event_state {
+  std::mutex mutex;
+  std::condition_variable completed_changed;
+  std::uint64_t recorded = 0;
+  std::uint64_t completed = 0;
+  std::chrono::steady_clock::time_point completed_at{};
+  bool timing = false;
+};
+
+}  // namespace syncmem::detail::emulated

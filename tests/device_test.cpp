@@ -1,0 +1,182 @@
+#include "syncmem/device.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <thread>
+
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "test_support.hpp"
+
+using ::testing::HasSubstr;
+
+namespace syncmem {
+namespace {
+
+TEST(DeviceId, ValueSemanticsAndNames) {
+  constexpr auto a = device_id::cuda(1);
+  static_assert(a.kind() == device_kind::cuda && a.index() == 1);
+  EXPECT_EQ(to_string(a), "cuda:1");
+  EXPECT_EQ(to_string(device_id::emulated(2)), "emulated:2");
+  EXPECT_NE(device_id::cuda(0), device_id::emulated(0));
+  EXPECT_LT(device_id::cuda(3), device_id::emulated(0));
+  EXPECT_LT(device_id::emulated(0), device_id::emulated(1));
+  EXPECT_NE(std::hash<device_id>{}(device_id::cuda(0)), std::hash<device_id>{}(device_id::emulated(0)));
+}
+
+TEST(Devices, CountsAndEnumeration) {
+  const int cuda = device_count(device_kind::cuda);
+  const int emulated = device_count(device_kind::emulated);
+  EXPECT_EQ(device_count(), cuda + emulated);
+  EXPECT_EQ(emulated, test::emulated_test_devices);
+  const auto all = devices();
+  ASSERT_EQ(static_cast<int>(all.size()), cuda + emulated);
+  for (int i = 0; i < cuda; ++i) EXPECT_EQ(all[static_cast<std::size_t>(i)], device_id::cuda(i));
+  for (int i = 0; i < emulated; ++i) EXPECT_EQ(all[static_cast<std::size_t>(cuda + i)], device_id::emulated(i));
+  if (cuda == 0) {
+    EXPECT_FALSE(why_no_devices(device_kind::cuda).empty());
+  }
+  EXPECT_TRUE(why_no_devices(device_kind::emulated).empty());
+}
+
+TEST(Devices, InvalidIndexNamesTheValidRange) {
+  try {
+    check_device(device_id::emulated(7));
+    FAIL() << "did not throw";
+  } catch (const logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("device index 7 is out of range for emulated devices: valid indices are 0..2"));
+  }
+  EXPECT_THROW(check_device(device_id::emulated(-1)), logic_error);
+  EXPECT_THROW(set_current_device(device_id::emulated(3)), logic_error);
+  EXPECT_THROW((void)get_device_properties(device_id::emulated(3)), logic_error);
+  EXPECT_THROW(device_guard{device_id::emulated(99)}, logic_error);
+}
+
+TEST(Devices, EmulatedDevicesCanBeAddedButNotRemoved) {
+  auto options = emulated_device_options();
+  const int before = options.device_count;
+  options.device_count = before - 1;
+  EXPECT_THROW(enable_emulated_devices(options), logic_error);
+  options.device_count = 65;
+  EXPECT_THROW(enable_emulated_devices(options), logic_error);
+  EXPECT_EQ(device_count(device_kind::emulated), before);
+}
+
+TEST(Devices, CurrentDeviceDefaultsToCudaThenEmulated) {
+  // A fresh thread has selected nothing.
+  device_id seen{device_kind::emulated, -1};
+  std::thread{[&] { seen = current_device(); }}.join();
+  if (device_count(device_kind::cuda) > 0) {
+    EXPECT_EQ(seen.kind(), device_kind::cuda);
+  } else {
+    EXPECT_EQ(seen, device_id::emulated(0));
+  }
+}
+
+TEST(DeviceGuard, SwitchesRestoresAndNests) {
+  std::thread{[] {
+    const auto start = current_device();
+    {
+      device_guard outer{device_id::emulated(1)};
+      EXPECT_EQ(current_device(), device_id::emulated(1));
+      EXPECT_EQ(outer.original(), start);
+      EXPECT_TRUE(outer.switched());
+      {
+        device_guard inner{device_id::emulated(2)};
+        EXPECT_EQ(current_device(), device_id::emulated(2));
+        EXPECT_EQ(inner.original(), device_id::emulated(1));
+      }
+      EXPECT_EQ(current_device(), device_id::emulated(1));
+      {
+        device_guard same{device_id::emulated(1)};
+        EXPECT_FALSE(same.switched());
+        EXPECT_EQ(current_device(), device_id::emulated(1));
+      }
+      EXPECT_EQ(current_device(), device_id::emulated(1));
+    }
+    EXPECT_EQ(current_device(), start);
+  }}.join();
+}
+
+TEST(DeviceGuard, RestoresWhenAnExceptionLeavesTheScope) {
+  std::thread{[] {
+    set_current_device(device_id::emulated(2));
+    try {
+      device_guard guard{device_id::emulated(0)};
+      EXPECT_EQ(current_device(), device_id::emulated(0));
+      throw std::runtime_error{"leave"};
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_EQ(current_device(), device_id::emulated(2));
+  }}.join();
+}
+
+TEST(DeviceGuard, CurrentDeviceIsPerThread) {
+  std::thread{[] {
+    set_current_device(device_id::emulated(1));
+    std::thread{[] {
+      const auto other = current_device();
+      EXPECT_NE(other, device_id::emulated(1));
+    }}.join();
+    EXPECT_EQ(current_device(), device_id::emulated(1));
+  }}.join();
+}
+
+TEST(DeviceGuard, MixedKindsRestoreCudaToo) {
+  SYNCMEM_REQUIRE_DEVICES(device_kind::cuda, 1);
+  std::thread{[] {
+    set_current_device(device_id::cuda(0));
+    {
+      device_guard to_emulated{device_id::emulated(1)};
+      EXPECT_EQ(current_device(), device_id::emulated(1));
+      {
+        device_guard back{device_id::cuda(0)};
+        EXPECT_EQ(current_device(), device_id::cuda(0));
+      }
+      EXPECT_EQ(current_device(), device_id::emulated(1));
+    }
+    EXPECT_EQ(current_device(), device_id::cuda(0));
+  }}.join();
+}
+
+template <class Kind>
+class DeviceKinds : public test::device_test<Kind> {};
+TYPED_TEST_SUITE(DeviceKinds, test::device_kinds, test::device_kind_names);
+
+TYPED_TEST(DeviceKinds, PropertiesDescribeTheDevice) {
+  for (int i = 0; i < this->count(); ++i) {
+    const auto p = get_device_properties(this->dev(i));
+    EXPECT_EQ(p.id, this->dev(i));
+    EXPECT_FALSE(p.name.empty());
+    EXPECT_GT(p.total_memory, 0U);
+    EXPECT_GT(p.multiprocessors, 0);
+    EXPECT_FALSE(p.link().empty());
+    if (this->is_cuda()) {
+      EXPECT_GE(p.compute_capability_major, 5);
+      EXPECT_FALSE(p.pci_bus_id.empty());
+    } else {
+      EXPECT_TRUE(p.supports_virtual_memory);
+    }
+  }
+}
+
+TYPED_TEST(DeviceKinds, MemoryInfoIsConsistent) {
+  const auto info = get_memory_info(this->dev());
+  EXPECT_GT(info.total, 0U);
+  EXPECT_LE(info.free, info.total);
+  EXPECT_EQ(info.total, get_device_properties(this->dev()).total_memory);
+}
+
+TYPED_TEST(DeviceKinds, GuardSelectsEveryDeviceOfTheKind) {
+  for (int i = 0; i < this->count(); ++i) {
+    device_guard guard{this->dev(i)};
+    EXPECT_EQ(current_device(), this->dev(i));
+  }
+}
+
+TYPED_TEST(DeviceKinds, SynchronizeIdleDevice) { EXPECT_NO_THROW(synchronize_device(this->dev())); }
+
+}  // namespace
+}  // namespace syncmem

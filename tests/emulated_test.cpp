@@ -1,0 +1,187 @@
+// ctest-labels: threaded
+// What is particular to emulated devices: memory accounting, poisoning,
+// pointer queries, range checks, cudaFree-like waiting, and the emulated
+// virtual memory API.
+#include "syncmem/emulated.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/backend.hpp"
+#include "device_ops.hpp"
+#include "pattern.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/memory_kind.hpp"
+#include "syncmem/stream.hpp"
+#include "test_support.hpp"
+
+using ::testing::HasSubstr;
+
+namespace syncmem {
+namespace {
+
+detail::backend& emu() { return detail::emulated_backend(); }
+
+TEST(Emulated, AllocationsArePoisonedAndCounted) {
+  const auto before = get_memory_info(device_id::emulated(1));
+  const std::size_t n = 1000 + test::rng()() % 1000;
+  auto* p = static_cast<std::uint8_t*>(emu().allocate(1, n));
+  ASSERT_NE(p, nullptr);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(p[i], 0xFF) << i;
+  const auto during = get_memory_info(device_id::emulated(1));
+  EXPECT_EQ(before.free - during.free, (n + 255) / 256 * 256);
+  emu().deallocate(1, p, n);
+  EXPECT_EQ(get_memory_info(device_id::emulated(1)).free, before.free);
+}
+
+TEST(Emulated, PoisoningCanBeTurnedOff) {
+  set_emulated_poison(false);
+  auto* p = static_cast<std::uint8_t*>(emu().allocate(0, 4096));
+  set_emulated_poison(true);
+  ASSERT_NE(p, nullptr);
+  emu().deallocate(0, p, 4096);
+  EXPECT_TRUE(emulated_device_options().poison);
+}
+
+TEST(Emulated, ExhaustionReturnsNullAndFreesAreRecounted) {
+  const auto info = get_memory_info(device_id::emulated(2));
+  EXPECT_EQ(emu().allocate(2, info.total + 1), nullptr);
+  void* big = emu().allocate(2, info.free);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(emu().allocate(2, 256), nullptr);
+  emu().deallocate(2, big, info.free);
+  void* small = emu().allocate(2, 256);
+  EXPECT_NE(small, nullptr);
+  emu().deallocate(2, small, 256);
+}
+
+TEST(Emulated, PointerAttributesKnowEveryAllocation) {
+  const std::size_t n = 5000;
+  auto* d = static_cast<std::uint8_t*>(emu().allocate(1, n));
+  auto* h = static_cast<std::uint8_t*>(emu().allocate_pinned(n, 0));
+  std::vector<std::uint8_t> pageable(n);
+  std::vector<std::uint8_t> registered(8192);
+  emu().register_host(registered.data(), registered.size(), 0);
+
+  auto a = get_pointer_attributes(d + 17);
+  EXPECT_EQ(a.kind, memory_kind::device);
+  EXPECT_EQ(a.device, device_id::emulated(1));
+  EXPECT_EQ(a.base, d);
+  EXPECT_GE(a.size, n);
+
+  a = get_pointer_attributes(h + n - 1);
+  EXPECT_EQ(a.kind, memory_kind::pinned_host);
+  EXPECT_EQ(a.base, h);
+
+  a = get_pointer_attributes(registered.data() + 100);
+  EXPECT_EQ(a.kind, memory_kind::pinned_host);
+  EXPECT_EQ(a.base, registered.data());
+  EXPECT_EQ(a.size, registered.size());
+
+  a = get_pointer_attributes(pageable.data());
+  EXPECT_EQ(a.kind, memory_kind::pageable_host);
+  EXPECT_FALSE(a.device.has_value());
+  EXPECT_EQ(get_pointer_attributes(nullptr).kind, memory_kind::pageable_host);
+
+  EXPECT_THROW(emu().register_host(registered.data() + 4096, 100, 0), logic_error);
+  emu().unregister_host(registered.data());
+  EXPECT_EQ(get_pointer_attributes(registered.data()).kind, memory_kind::pageable_host);
+  emu().deallocate_pinned(h, n);
+  emu().deallocate(1, d, n);
+  EXPECT_EQ(get_pointer_attributes(d).kind, memory_kind::pageable_host);
+}
+
+TEST(Emulated, CopiesPastTheEndOfAnAllocationAreRefused) {
+  auto* d = static_cast<std::uint8_t*>(emu().allocate(0, 1024));
+  std::vector<std::uint8_t> host(4096);
+  auto s = default_stream(device_id::emulated(0));
+  try {
+    emu().memcpy_async(host.data(), d + 512, 1024, 0, s.native_handle());
+    FAIL() << "did not throw";
+  } catch (const logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("runs past the end of its allocation"));
+  }
+  EXPECT_THROW(emu().memset_async(d + 1000, 0, 100, 0, s.native_handle()), logic_error);
+  emu().deallocate(0, d, 1024);
+}
+
+TEST(Emulated, DeallocateWaitsForWorkInFlightLikeCudaFree) {
+  const std::size_t n = 1 << 16;
+  const auto seed = test::fresh_seed();
+  stream s{device_id::emulated(0)};
+  auto* d = static_cast<std::uint8_t*>(emu().allocate(0, n));
+  std::vector<std::uint8_t> host(n);
+  test::device_sleep(s, std::chrono::milliseconds{50});
+  test::device_fill_pattern(s, d, n, seed);
+  emu().memcpy_async(host.data(), d, n, 0, s.view().native_handle());
+  emu().deallocate(0, d, n);  // must not free before the copy ran
+  EXPECT_TRUE(s.ready());
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], test::pattern_byte(seed, i));
+}
+
+TEST(Emulated, StreamOrderedFreeRunsAfterEarlierWork) {
+  const auto before = get_memory_info(device_id::emulated(0)).free;
+  stream s{device_id::emulated(0)};
+  void* d = emu().allocate_async(0, 4096, s.view().native_handle());
+  test::device_sleep(s, std::chrono::milliseconds{30});
+  emu().deallocate_async(0, d, s.view().native_handle());
+  EXPECT_LT(get_memory_info(device_id::emulated(0)).free, before);
+  s.synchronize();
+  EXPECT_EQ(get_memory_info(device_id::emulated(0)).free, before);
+}
+
+TEST(Emulated, VirtualMemoryMapsAndUnmapsPhysicalPages) {
+  const std::size_t page = emu().vmm_granularity(0);
+  ASSERT_GT(page, 0U);
+  const auto before = get_memory_info(device_id::emulated(0)).free;
+  auto* range = static_cast<std::uint8_t*>(emu().vmm_reserve(0, 4 * page));
+  const auto h1 = emu().vmm_create(0, page);
+  const auto h2 = emu().vmm_create(0, page);
+  ASSERT_NE(h1, 0U);
+  ASSERT_NE(h2, 0U);
+  EXPECT_EQ(before - get_memory_info(device_id::emulated(0)).free, 2 * page);
+  emu().vmm_map(0, range, page, h1);
+  emu().vmm_map(0, range + 2 * page, page, h2);
+  EXPECT_EQ(range[0], 0xFF);  // fresh pages are poisoned
+  const auto seed = test::fresh_seed();
+  for (std::size_t i = 0; i < page; i += 4093) range[i] = test::pattern_byte(seed, i);
+  range[2 * page + 5] = 42;
+  auto a = get_pointer_attributes(range + 3 * page);
+  EXPECT_EQ(a.kind, memory_kind::device);
+  EXPECT_EQ(a.device, device_id::emulated(0));
+  EXPECT_EQ(a.size, 4 * page);
+  // Remap the first physical block one page further: its contents move with it.
+  emu().vmm_unmap(0, range, page);
+  emu().vmm_map(0, range + page, page, h1);
+  for (std::size_t i = 0; i < page; i += 4093) ASSERT_EQ(range[page + i], test::pattern_byte(seed, i));
+  EXPECT_EQ(range[2 * page + 5], 42);
+  emu().vmm_unmap(0, range + page, 2 * page);
+  emu().vmm_release(0, h1, page);
+  emu().vmm_release(0, h2, page);
+  emu().vmm_free_address(0, range, 4 * page);
+  EXPECT_EQ(get_memory_info(device_id::emulated(0)).free, before);
+  EXPECT_THROW((void)emu().vmm_reserve(0, page + 1), logic_error);
+}
+
+TEST(Emulated, VirtualMemoryCreateFailsWhenTheDeviceIsFull) {
+  const std::size_t page = emu().vmm_granularity(2);
+  const auto free = get_memory_info(device_id::emulated(2)).free;
+  EXPECT_EQ(emu().vmm_create(2, (free / page + 1) * page), 0U);
+}
+
+TEST(Emulated, DelayIsAdjustable) {
+  {
+    test::scoped_emulated_delay delay{std::chrono::microseconds{1234}};
+    EXPECT_EQ(emulated_device_options().max_delay, std::chrono::microseconds{1234});
+  }
+  EXPECT_EQ(emulated_device_options().max_delay, std::chrono::microseconds{0});
+  EXPECT_THROW(set_emulated_delay(std::chrono::microseconds{-1}), logic_error);
+}
+
+}  // namespace
+}  // namespace syncmem

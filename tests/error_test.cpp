@@ -1,0 +1,151 @@
+#include "syncmem/error.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <new>
+#include <string>
+
+#include "common/backend.hpp"
+#include "syncmem/device.hpp"
+
+using ::testing::HasSubstr;
+
+namespace syncmem {
+namespace {
+
+int failing_cuda_call(int code) { return code; }
+
+TEST(Errors, ExpectsThrowsLogicErrorWithMessageAndLocation) {
+  const int given = 7;
+  try {
+    SYNCMEM_EXPECTS(given < 5, "argument 'count' is " + std::to_string(given) + ": valid range is 0..4");
+    FAIL() << "did not throw";
+  } catch (const logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("argument 'count' is 7: valid range is 0..4"));
+    EXPECT_THAT(e.what(), HasSubstr("tests/error_test.cpp:"));
+  }
+}
+
+TEST(Errors, ExpectsDoesNotBuildTheMessageWhenTheCheckHolds) {
+  int built = 0;
+  auto message = [&] {
+    ++built;
+    return std::string{"never"};
+  };
+  SYNCMEM_EXPECTS(1 + 1 == 2, message());
+  EXPECT_EQ(built, 0);
+}
+
+TEST(Errors, LogicErrorIsAStdLogicError) {
+  EXPECT_THROW(SYNCMEM_FAIL("bad"), std::logic_error);
+}
+
+TEST(Errors, CudaTryCarriesCallFileLineNameAndMessage) {
+  try {
+    SYNCMEM_CUDA_TRY(failing_cuda_call(2));
+    FAIL() << "did not throw";
+  } catch (const cuda_error& e) {
+    EXPECT_EQ(e.code(), 2);
+    EXPECT_EQ(e.call(), "failing_cuda_call(2)");
+    EXPECT_EQ(e.file(), "tests/error_test.cpp");
+    EXPECT_GT(e.line(), 0);
+    EXPECT_FALSE(e.error_name().empty());
+    EXPECT_FALSE(e.error_message().empty());
+    EXPECT_THAT(e.what(), HasSubstr("failing_cuda_call(2) failed"));
+    EXPECT_THAT(e.what(), HasSubstr(e.error_name()));
+    EXPECT_THAT(e.what(), HasSubstr(e.error_message()));
+    if (detail::cuda_compiled()) {
+      EXPECT_EQ(e.error_name(), "cudaErrorMemoryAllocation");
+      EXPECT_EQ(e.error_message(), "out of memory");
+    }
+  }
+}
+
+TEST(Errors, CudaTryIsSilentOnSuccess) { EXPECT_NO_THROW(SYNCMEM_CUDA_TRY(failing_cuda_call(0))); }
+
+TEST(Errors, OutOfMemoryIsABadAllocCarryingEverything) {
+  oom_info info;
+  info.requested = 3 << 20;
+  info.device = device_id::emulated(1);
+  info.label = "activations";
+  info.resource = "caching_resource";
+  info.device_free = 1 << 20;
+  info.device_total = std::size_t{8} << 30;
+  info.reserved = 5 << 20;
+  info.in_use = 4 << 20;
+  info.largest_free_block = 512 << 10;
+  info.hint = "fragmented: try empty_cache()";
+  try {
+    throw out_of_memory{info};
+  } catch (const std::bad_alloc& e) {
+    const std::string text = e.what();
+    EXPECT_THAT(text, HasSubstr("3.00 MiB (3145728 bytes)"));
+    EXPECT_THAT(text, HasSubstr("emulated:1"));
+    EXPECT_THAT(text, HasSubstr("'activations'"));
+    EXPECT_THAT(text, HasSubstr("caching_resource"));
+    EXPECT_THAT(text, HasSubstr("device free 1.00 MiB"));
+    EXPECT_THAT(text, HasSubstr("of total 8.00 GiB"));
+    EXPECT_THAT(text, HasSubstr("reserved by the allocator 5.00 MiB"));
+    EXPECT_THAT(text, HasSubstr("in use 4.00 MiB"));
+    EXPECT_THAT(text, HasSubstr("largest free block 512.00 KiB"));
+    EXPECT_THAT(text, HasSubstr("fragmented: try empty_cache()"));
+    const auto* oom = dynamic_cast<const out_of_memory*>(&e);
+    ASSERT_NE(oom, nullptr);
+    EXPECT_EQ(oom->info().requested, info.requested);
+    EXPECT_EQ(oom->info().device, info.device);
+  }
+}
+
+TEST(Errors, OutOfMemoryOfHostMemorySaysSoAndLabelCanBeAdded) {
+  oom_info info;
+  info.requested = 100;
+  const out_of_memory e{info};
+  EXPECT_THAT(e.what(), HasSubstr("100 B of host memory"));
+  const auto labelled = e.with_label("weights");
+  EXPECT_THAT(labelled.what(), HasSubstr("'weights'"));
+  EXPECT_EQ(labelled.info().label, "weights");
+  EXPECT_EQ(e.info().label, "");
+}
+
+TEST(Errors, ExceptionsCopyWithoutLosingDetails) {
+  const cuda_error original{700, "cudaErrorIllegalAddress", "an illegal memory access", "k<<<>>>", "a.cu", 3};
+  const cuda_error copy = original;  // NOLINT(performance-unnecessary-copy-initialization)
+  EXPECT_EQ(copy.error_name(), "cudaErrorIllegalAddress");
+  EXPECT_STREQ(copy.what(), original.what());
+}
+
+TEST(Errors, UnsupportedErrorIsARuntimeError) {
+  EXPECT_THROW(SYNCMEM_UNSUPPORTED("not here"), std::runtime_error);
+}
+
+TEST(Errors, DeviceAccessWithoutDevicesOfAKindIsUnsupported) {
+  if (device_count(device_kind::cuda) > 0) GTEST_SKIP() << "this machine has CUDA devices";
+  try {
+    check_device(device_id::cuda(0));
+    FAIL() << "did not throw";
+  } catch (const unsupported_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no cuda devices"));
+  }
+}
+
+TEST(Errors, NoexceptReportIsSilentWhileTheRuntimeUnloads) {
+  if (!detail::cuda_compiled()) GTEST_SKIP() << "no CUDA in this build";
+  ::testing::internal::CaptureStderr();
+  detail::report_noexcept_failure(4 /* cudaErrorCudartUnloading */, "cudaFree(p)", __FILE__, __LINE__);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ::testing::internal::CaptureStderr();
+  detail::report_noexcept_failure(700, "cudaFree(p)", __FILE__, __LINE__);
+  const auto logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(logged, HasSubstr("cudaFree(p) failed"));
+  EXPECT_THAT(logged, HasSubstr("cudaErrorIllegalAddress"));
+}
+
+TEST(Errors, FormatBytes) {
+  EXPECT_EQ(detail::format_bytes(0), "0 B");
+  EXPECT_EQ(detail::format_bytes(1023), "1023 B");
+  EXPECT_EQ(detail::format_bytes(1536), "1.50 KiB (1536 bytes)");
+}
+
+}  // namespace
+}  // namespace syncmem

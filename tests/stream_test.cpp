@@ -1,0 +1,198 @@
+// ctest-labels: threaded
+#include "syncmem/stream.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "common/backend.hpp"
+#include "device_ops.hpp"
+#include "pattern.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/event.hpp"
+#include "test_support.hpp"
+
+using ::testing::HasSubstr;
+
+namespace syncmem {
+namespace {
+
+static_assert(!std::is_constructible_v<stream_view, int>);
+static_assert(!std::is_constructible_v<stream_view, std::nullptr_t>);
+static_assert(!std::is_default_constructible_v<stream_view>);
+static_assert(!std::is_copy_constructible_v<stream>);
+static_assert(std::is_nothrow_move_constructible_v<stream>);
+
+// Raw device and pinned memory straight from the backend, for layer-2 tests.
+struct raw_device_buffer {
+  device_id device;
+  std::size_t bytes;
+  void* p;
+  raw_device_buffer(device_id d, std::size_t n) : device{d}, bytes{n} {
+    device_guard guard{d};
+    p = detail::backend_for(d).allocate(d.index(), n);
+    if (p == nullptr) throw std::bad_alloc{};
+  }
+  ~raw_device_buffer() {
+    device_guard guard{device};
+    detail::backend_for(device).deallocate(device.index(), p, bytes);
+  }
+  raw_device_buffer(const raw_device_buffer&) = delete;
+  raw_device_buffer& operator=(const raw_device_buffer&) = delete;
+};
+
+struct raw_pinned_buffer {
+  device_id device;
+  std::size_t bytes;
+  std::uint8_t* p;
+  raw_pinned_buffer(device_id d, std::size_t n) : device{d}, bytes{n} {
+    device_guard guard{d};
+    p = static_cast<std::uint8_t*>(detail::backend_for(d).allocate_pinned(n, 0));
+    if (p == nullptr) throw std::bad_alloc{};
+  }
+  ~raw_pinned_buffer() { detail::backend_for(device).deallocate_pinned(p, bytes); }
+  raw_pinned_buffer(const raw_pinned_buffer&) = delete;
+  raw_pinned_buffer& operator=(const raw_pinned_buffer&) = delete;
+};
+
+void enqueue_copy(stream_view s, void* dst, const void* src, std::size_t n) {
+  device_guard guard{s.device()};
+  detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.native_handle());
+}
+
+template <class Kind>
+class Streams : public test::device_test<Kind> {};
+TYPED_TEST_SUITE(Streams, test::device_kinds, test::device_kind_names);
+
+TYPED_TEST(Streams, HostFunctionsRunInEnqueueOrder) {
+  test::scoped_emulated_delay delay{std::chrono::microseconds{200}};
+  stream s{this->dev()};
+  std::vector<int> order;
+  constexpr int n = 100;
+  for (int i = 0; i < n; ++i) s.launch_host_func([&order, i] { order.push_back(i); });
+  s.synchronize();
+  ASSERT_EQ(order.size(), std::size_t{n});
+  for (int i = 0; i < n; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
+}
+
+TYPED_TEST(Streams, CopiesAndDeviceWorkStayInOrder) {
+  test::scoped_emulated_delay delay{std::chrono::microseconds{100}};
+  const std::size_t n = 1000 + test::rng()() % 5000;
+  const auto seed = test::fresh_seed();
+  const auto delta = static_cast<std::uint8_t>(1 + test::rng()() % 200);
+  stream s{this->dev()};
+  raw_device_buffer device_buffer{this->dev(), n};
+  raw_pinned_buffer first{this->dev(), n};
+  raw_pinned_buffer second{this->dev(), n};
+  test::device_fill_pattern(s, device_buffer.p, n, seed);
+  enqueue_copy(s, first.p, device_buffer.p, n);
+  test::device_add_bytes(s, device_buffer.p, n, delta);
+  enqueue_copy(s, second.p, device_buffer.p, n);
+  s.synchronize();
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(first.p[i], test::pattern_byte(seed, i)) << "byte " << i;
+    ASSERT_EQ(second.p[i], static_cast<std::uint8_t>(test::pattern_byte(seed, i) + delta)) << "byte " << i;
+  }
+}
+
+TYPED_TEST(Streams, ReadyReflectsPendingWork) {
+  stream s{this->dev()};
+  EXPECT_TRUE(s.ready());
+  test::device_sleep(s, std::chrono::milliseconds{100});
+  EXPECT_FALSE(s.ready());
+  s.synchronize();
+  EXPECT_TRUE(s.ready());
+}
+
+TYPED_TEST(Streams, DefaultStreamBelongsToItsDevice) {
+  for (int i = 0; i < this->count(); ++i) {
+    const auto d = default_stream(this->dev(i));
+    EXPECT_EQ(d.device(), this->dev(i));
+    EXPECT_TRUE(d.is_default());
+    EXPECT_EQ(d, default_stream(this->dev(i)));
+    d.synchronize();
+  }
+  stream own{this->dev()};
+  EXPECT_FALSE(own.view().is_default());
+  EXPECT_NE(own.view(), default_stream(this->dev()));
+  EXPECT_EQ(own.device(), this->dev());
+}
+
+TYPED_TEST(Streams, MovedFromStreamRefusesUse) {
+  stream a{this->dev()};
+  const auto view = a.view();
+  stream b{std::move(a)};
+  EXPECT_EQ(b.view(), view);
+  EXPECT_THROW((void)a.view(), logic_error);  // NOLINT(bugprone-use-after-move)
+  stream c{this->dev()};
+  c = std::move(b);
+  EXPECT_EQ(c.view(), view);
+  c.synchronize();
+}
+
+TYPED_TEST(Streams, ManyThreadsManyStreams) {
+  test::scoped_emulated_delay delay{std::chrono::microseconds{20}};
+  constexpr int threads = 4;
+  std::vector<std::thread> workers;
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      try {
+        const auto device = this->dev(t % this->count());
+        stream s{device};
+        int counter = 0;
+        for (int i = 0; i < 50; ++i) s.launch_host_func([&counter, i] {
+            if (counter != i) throw std::runtime_error{"out of order"};
+            ++counter;
+          });
+        s.synchronize();
+        if (counter != 50) throw std::runtime_error{"lost work"};
+      } catch (const std::exception& e) {
+        std::lock_guard lock{failures_mutex};
+        failures.push_back(e.what());
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(EmulatedStreams, AnExceptionInAHostFunctionIsReportedBySynchronize) {
+  stream s{device_id::emulated(0)};
+  s.launch_host_func([] { throw std::runtime_error{"boom in stream order"}; });
+  try {
+    s.synchronize();
+    FAIL() << "did not throw";
+  } catch (const logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("boom in stream order"));
+  }
+  EXPECT_NO_THROW(s.synchronize());  // reported once
+}
+
+TEST(EmulatedStreams, EmptyHostFunctionIsRefused) {
+  stream s{device_id::emulated(0)};
+  EXPECT_THROW(s.launch_host_func({}), logic_error);
+}
+
+TEST(EmulatedStreams, StreamsOfTwoDevicesRunIndependently) {
+  stream slow{device_id::emulated(0)};
+  stream fast{device_id::emulated(1)};
+  test::device_sleep(slow, std::chrono::milliseconds{200});
+  bool ran = false;
+  fast.launch_host_func([&ran] { ran = true; });
+  fast.synchronize();
+  EXPECT_TRUE(ran);
+  EXPECT_FALSE(slow.ready());
+  slow.synchronize();
+}
+
+}  // namespace
+}  // namespace syncmem

@@ -1,0 +1,31 @@
+#include "device_ops.hpp"
+
+#include <thread>
+
+#include "pattern.hpp"
+#include "syncmem/device_id.hpp"
+
+namespace syncmem::test {
+
+void device_fill_pattern(stream_view s, void* p, std::size_t bytes, std::uint64_t seed) {
+  if (s.device().kind() == device_kind::cuda) return cuda_ops::fill_pattern(s, p, bytes, seed);
+  s.launch_host_func([p, bytes, seed] {
+    auto* b = static_cast<std::uint8_t*>(p);
+    for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern_byte(seed, i);
+  });
+}
+
+void device_add_bytes(stream_view s, void* p, std::size_t bytes, std::uint8_t delta) {
+  if (s.device().kind() == device_kind::cuda) return cuda_ops::add_bytes(s, p, bytes, delta);
+  s.launch_host_func([p, bytes, delta] {
+    auto* b = static_cast<std::uint8_t*>(p);
+    for (std::size_t i = 0; i < bytes; ++i) b[i] = static_cast<std::uint8_t>(b[i] + delta);
+  });
+}
+
+void device_sleep(stream_view s, std::chrono::microseconds duration) {
+  if (s.device().kind() == device_kind::cuda) return cuda_ops::sleep(s, duration);
+  s.launch_host_func([duration] { std::this_thread::sleep_for(duration); });
+}
+
+}  // namespace syncmem::test

@@ -1,0 +1,12 @@
+// Without CUDA there are no CUDA devices, so these are never reached.
+
+#include "device_ops.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::test::cuda_ops {
+
+void fill_pattern(stream_view, void*, std::size_t, std::uint64_t) { SYNCMEM_UNSUPPORTED("no CUDA in this build"); }
+void add_bytes(stream_view, void*, std::size_t, std::uint8_t) { SYNCMEM_UNSUPPORTED("no CUDA in this build"); }
+void sleep(stream_view, std::chrono::microseconds) { SYNCMEM_UNSUPPORTED("no CUDA in this build"); }
+
+}  // namespace syncmem::test::cuda_ops

@@ -1,0 +1,54 @@
+// The syncmem command.
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "info.hpp"
+#include "syncmem/version.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"syncmem: host/device memory that synchronises itself, measured and shown", "syncmem"};
+  app.set_version_flag("--version", syncmem::get_build_info().version);
+  app.require_subcommand(1);
+
+  syncmem::tool::info_options info;
+  syncmem::tool::add_info_command(app, info);
+
+  // CLI11 reports an unknown command as a missing one; name it instead.
+  auto is_command = [&app](const std::string& name) {
+    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_name() == name) return true;
+    }
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
+    fmt::print(stderr, "syncmem: unknown command '{}'\nRun 'syncmem --help' for the commands and their options.\n",
+               argv[1]);
+    return 2;
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "syncmem: {}\nRun 'syncmem --help' for the commands and their options.\n", e.what());
+    return 2;
+  }
+
+  try {
+    if (app.got_subcommand("info")) return syncmem::tool::run_info(info);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "syncmem: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
