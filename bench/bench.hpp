@@ -1,0 +1,51 @@
+#pragma once
+
+// The benchmark suites. Each registers Google Benchmark benchmarks; the
+// bench/syncmem_benchmarks program runs them with Google Benchmark's own
+// output, and `syncmem bench` runs the same ones with its own reporter
+// (table, JSON, HTML).
+//
+// Names follow one pattern, which the reporters parse:
+//
+//     <suite>/<case>/<method>/<parameter>
+//
+//   suite      transfer, alloc, pinned, synced, tensor
+//   case       what is measured: h2d, d2h, d2d, pair, churn, threads, replay, ...
+//   method     who does it: ours ("syncmem", "caching", "engine") or the
+//              alternative in the same run ("cudaMemcpy", "cudaMallocAsync", "pytorch", ...)
+//   parameter  the size ("4KiB", "1GiB") or another parameter ("64slots", "8threads")
+//
+// Figures: latency is the benchmark's real time per iteration (use manual
+// time with device events where the work is asynchronous); bandwidth is
+// SetBytesProcessed; anything else is a user counter (e.g. "peak_ratio").
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "syncmem/device_id.hpp"
+
+namespace syncmem::bench {
+
+struct options {
+  bool quick = false;                // fewer sizes and shorter runs (syncmem bench --quick: under 30 s)
+  std::vector<device_id> devices;    // the devices to run on: every CUDA device, else emulated:0
+  [[nodiscard]] bool gpu() const;    // whether the figures come from a GPU
+  [[nodiscard]] device_id first() const { return devices.front(); }
+  [[nodiscard]] double min_time() const { return quick ? 0.01 : 0.2; }  // seconds per benchmark
+};
+
+// The devices to benchmark on this machine (enables one emulated device when
+// there is no GPU) and the options for them.
+[[nodiscard]] options default_options(bool quick);
+
+// "512B", "64KiB", "16MiB", "1GiB".
+[[nodiscard]] std::string size_name(std::size_t bytes);
+
+// Each suite, and all of them.
+void register_transfer_suite(const options& o);
+void register_allocator_suite(const options& o);
+void register_synced_memory_suite(const options& o);
+void register_all(const options& o);
+
+}  // namespace syncmem::bench

@@ -1,0 +1,39 @@
+#include <fmt/format.h>
+
+#include "bench.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/emulated.hpp"
+
+namespace syncmem::bench {
+
+bool options::gpu() const { return !devices.empty() && devices.front().kind() == device_kind::cuda; }
+
+options default_options(bool quick) {
+  options o;
+  o.quick = quick;
+  for (int i = 0; i < device_count(device_kind::cuda); ++i) o.devices.push_back(device_id::cuda(i));
+  if (o.devices.empty()) {
+    if (device_count(device_kind::emulated) == 0) {
+      auto e = emulated_device_options();
+      e.device_count = 1;
+      enable_emulated_devices(e);
+    }
+    o.devices.push_back(device_id::emulated(0));
+  }
+  return o;
+}
+
+std::string size_name(std::size_t bytes) {
+  if (bytes >= (std::size_t{1} << 30) && bytes % (std::size_t{1} << 30) == 0) return fmt::format("{}GiB", bytes >> 30);
+  if (bytes >= (std::size_t{1} << 20) && bytes % (std::size_t{1} << 20) == 0) return fmt::format("{}MiB", bytes >> 20);
+  if (bytes >= 1024 && bytes % 1024 == 0) return fmt::format("{}KiB", bytes >> 10);
+  return fmt::format("{}B", bytes);
+}
+
+void register_all(const options& o) {
+  register_transfer_suite(o);
+  register_allocator_suite(o);
+  register_synced_memory_suite(o);
+}
+
+}  // namespace syncmem::bench

@@ -1,0 +1,26 @@
+#pragma once
+
+/// @file mr/per_device_resource.hpp
+/// @brief The default device memory resource of each device, replaceable.
+
+#include "syncmem/device_id.hpp"
+#include "syncmem/mr/memory_resource.hpp"
+
+namespace syncmem::mr {
+
+/// @brief The resource syncmem allocates device memory of `device` from when no
+/// other is given (synced_memory, tensors). Made on first use and never
+/// destroyed, so that objects destroyed after main() can still free.
+/// @throws syncmem::logic_error for an invalid device
+[[nodiscard]] memory_resource& get_per_device_resource(device_id device);
+
+/// @brief The default resource of the current device.
+[[nodiscard]] memory_resource& get_current_device_resource();
+
+/// @brief Replaces the default resource of `device` and returns the previous
+/// one. `resource` must be a device resource of `device` and outlive its use
+/// as the default; nullptr restores the built-in default.
+/// @throws syncmem::logic_error when `resource` belongs to another device
+memory_resource* set_per_device_resource(device_id device, memory_resource* resource);
+
+}  // namespace syncmem::mr

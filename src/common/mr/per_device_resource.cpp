@@ -1,0 +1,82 @@
+#include "syncmem/mr/per_device_resource.hpp"
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "syncmem/device.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/mr/cuda_resource.hpp"
+#include "syncmem/mr/emulated_resource.hpp"
+
+namespace syncmem::mr {
+namespace {
+
+constexpr std::size_t max_devices = 64;
+
+struct slot {
+  std::atomic<memory_resource*> current{nullptr};
+  std::once_flag made;
+  memory_resource* built_in = nullptr;  // never destroyed: frees may come after main()
+};
+
+struct registry {
+  std::array<slot, max_devices> cuda;
+  std::array<slot, max_devices> emulated;
+  slot& at(device_id device) {
+    return (device.kind() == device_kind::cuda ? cuda : emulated)[static_cast<std::size_t>(device.index())];
+  }
+};
+
+registry& slots() {
+  static auto* const r = new registry{};  // never destroyed, like the resources it holds
+  return *r;
+}
+
+memory_resource* make_built_in(device_id device) {
+  if (device.kind() == device_kind::cuda) return new cuda_resource{device};
+  return new emulated_resource{device};
+}
+
+slot& checked_slot(device_id device) {
+  check_device(device);
+  SYNCMEM_EXPECTS(device.index() < static_cast<int>(max_devices),
+                  fmt::format("per-device resources are kept for device indices below {}", max_devices));
+  return slots().at(device);
+}
+
+memory_resource& built_in(slot& s, device_id device) {
+  std::call_once(s.made, [&] { s.built_in = make_built_in(device); });
+  return *s.built_in;
+}
+
+}  // namespace
+
+memory_resource& get_per_device_resource(device_id device) {
+  auto& s = checked_slot(device);
+  if (auto* r = s.current.load(std::memory_order_acquire)) return *r;
+  auto& fallback = built_in(s, device);
+  memory_resource* expected = nullptr;
+  s.current.compare_exchange_strong(expected, &fallback, std::memory_order_acq_rel);
+  return *s.current.load(std::memory_order_acquire);
+}
+
+memory_resource& get_current_device_resource() { return get_per_device_resource(current_device()); }
+
+memory_resource* set_per_device_resource(device_id device, memory_resource* resource) {
+  auto& s = checked_slot(device);
+  if (resource != nullptr) {
+    SYNCMEM_EXPECTS(resource->kind() == memory_kind::device && resource->device() == device,
+                    fmt::format("set_per_device_resource: {} is not a device resource of {}", resource->name(),
+                                to_string(device)));
+  } else {
+    resource = &built_in(s, device);
+  }
+  auto* previous = s.current.exchange(resource, std::memory_order_acq_rel);
+  return previous != nullptr ? previous : &built_in(s, device);
+}
+
+}  // namespace syncmem::mr

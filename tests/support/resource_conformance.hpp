@@ -1,0 +1,248 @@
+#pragma once
+
+// The conformance suite every memory resource passes, written once
+// (TYPED_TEST_SUITE_P) and instantiated per resource with a factory:
+//
+//   struct my_factory {
+//     static device_id device();              // whose streams the tests use
+//     static bool available();                // false: the suite skips
+//     static std::string why_unavailable();
+//     static std::unique_ptr<mr::memory_resource> make();
+//   };
+//   INSTANTIATE_TYPED_TEST_SUITE_P(my, resource_conformance, ::testing::Types<my_factory>);
+//
+// A factory for a CUDA resource skips without a GPU, and fails instead when
+// SYNCMEM_REQUIRE_CUDA is set.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/backend.hpp"
+#include "device_ops.hpp"
+#include "pattern.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/stream.hpp"
+#include "test_support.hpp"
+
+namespace syncmem::test {
+
+// Copies between host memory and memory of `kind` (device memory through the
+// device's backend, in order on `s`; host memory directly, after `s`).
+inline void write_to(memory_kind kind, stream_view s, void* dst, const void* src, std::size_t n) {
+  if (kind == memory_kind::device) {
+    device_guard guard{s.device()};
+    detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.native_handle());
+    s.synchronize();
+  } else {
+    s.synchronize();
+    std::memcpy(dst, src, n);
+  }
+}
+
+inline void read_from(memory_kind kind, stream_view s, void* dst, const void* src, std::size_t n) {
+  write_to(kind, s, dst, src, n);
+}
+
+// Fills memory of `kind` with pattern_byte(seed, i) in order on `s`.
+inline void fill_pattern(memory_kind kind, stream_view s, void* p, std::size_t n, std::uint64_t seed) {
+  if (kind == memory_kind::device) {
+    device_fill_pattern(s, p, n, seed);
+  } else {
+    auto* b = static_cast<std::uint8_t*>(p);
+    for (std::size_t i = 0; i < n; ++i) b[i] = pattern_byte(seed, i);
+  }
+}
+
+// Whether memory of `kind` holds pattern_byte(seed, i), read in order on `s`.
+inline ::testing::AssertionResult holds_pattern(memory_kind kind, stream_view s, const void* p, std::size_t n,
+                                                std::uint64_t seed) {
+  std::vector<std::uint8_t> copy(n);
+  if (kind == memory_kind::device) {
+    read_from(kind, s, copy.data(), p, n);
+  } else {
+    s.synchronize();
+    std::memcpy(copy.data(), p, n);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (copy[i] != pattern_byte(seed, i)) {
+      return ::testing::AssertionFailure() << "byte " << i << " of " << n << " is " << int{copy[i]} << ", expected "
+                                           << int{pattern_byte(seed, i)};
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+template <class Factory>
+class resource_conformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!Factory::available()) {
+      if (Factory::device().kind() == device_kind::cuda && cuda_required()) {
+        FAIL() << "SYNCMEM_REQUIRE_CUDA is set: " << Factory::why_unavailable();
+      }
+      GTEST_SKIP() << Factory::why_unavailable();
+    }
+    resource_ = Factory::make();
+  }
+
+  mr::memory_resource& resource() { return *resource_; }
+  static device_id device() { return Factory::device(); }
+  memory_kind kind() const { return resource_->kind(); }
+
+  std::unique_ptr<mr::memory_resource> resource_;
+};
+
+TYPED_TEST_SUITE_P(resource_conformance);
+
+TYPED_TEST_P(resource_conformance, ZeroBytesIsNullAndFreeOfNullIsNothing) {
+  auto s = default_stream(this->device());
+  EXPECT_EQ(this->resource().allocate(0, s), nullptr);
+  this->resource().deallocate(nullptr, 0, s);
+  EXPECT_FALSE(this->resource().name().empty());
+  EXPECT_TRUE(this->resource().is_equal(this->resource()));
+}
+
+TYPED_TEST_P(resource_conformance, HonoursEveryAlignmentItAccepts) {
+  auto s = default_stream(this->device());
+  for (std::size_t alignment = 1; alignment <= this->resource().max_alignment(); alignment *= 2) {
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{3}, std::size_t{255}, std::size_t{4097}}) {
+      void* p = this->resource().allocate(bytes, s, alignment);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0U) << "alignment " << alignment;
+      this->resource().deallocate(p, bytes, s, alignment);
+    }
+    if (alignment >= 4096) break;  // larger ones cost real memory per call
+  }
+}
+
+TYPED_TEST_P(resource_conformance, RefusesBadArguments) {
+  auto s = default_stream(this->device());
+  EXPECT_THROW((void)this->resource().allocate(64, s, 3), logic_error);
+  EXPECT_THROW((void)this->resource().allocate(64, s, this->resource().max_alignment() * 2), logic_error);
+  if (this->resource().device()) {
+    // A stream of another device is refused, naming both.
+    const auto here = *this->resource().device();
+    const device_id other = here.kind() == device_kind::emulated ? device_id::emulated((here.index() + 1) % 3)
+                                                                 : device_id::emulated(0);
+    if (other != here) {
+      try {
+        (void)this->resource().allocate(64, default_stream(other));
+        FAIL() << "a stream of another device was accepted";
+      } catch (const logic_error& e) {
+        EXPECT_NE(std::string{e.what()}.find(to_string(other)), std::string::npos) << e.what();
+        EXPECT_NE(std::string{e.what()}.find(to_string(here)), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TYPED_TEST_P(resource_conformance, LiveBlocksAreDistinctAndKeepTheirContents) {
+  auto s = default_stream(this->device());
+  struct block {
+    std::uint8_t* p;
+    std::size_t bytes;
+    std::uint64_t seed;
+  };
+  std::vector<block> live;
+  auto& rng = test::rng();
+  for (int i = 0; i < 64; ++i) {
+    const std::size_t bytes = 1 + rng() % (i % 8 == 0 ? (1 << 20) : 4096);
+    auto* p = static_cast<std::uint8_t*>(this->resource().allocate(bytes, s));
+    ASSERT_NE(p, nullptr);
+    const auto seed = fresh_seed();
+    fill_pattern(this->kind(), s, p, bytes, seed);
+    live.push_back({p, bytes, seed});
+    if (i % 3 == 2) {  // free one at random, so that freed memory is reused
+      const auto victim = rng() % live.size();
+      ASSERT_TRUE(holds_pattern(this->kind(), s, live[victim].p, live[victim].bytes, live[victim].seed));
+      this->resource().deallocate(live[victim].p, live[victim].bytes, s);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
+    }
+  }
+  std::vector<block> sorted = live;
+  std::sort(sorted.begin(), sorted.end(), [](const block& a, const block& b) { return a.p < b.p; });
+  for (std::size_t i = 1; i < sorted.size(); ++i) {
+    EXPECT_LE(sorted[i - 1].p + sorted[i - 1].bytes, sorted[i].p) << "live blocks overlap";
+  }
+  for (const auto& b : live) {
+    EXPECT_TRUE(holds_pattern(this->kind(), s, b.p, b.bytes, b.seed));
+    this->resource().deallocate(b.p, b.bytes, s);
+  }
+}
+
+TYPED_TEST_P(resource_conformance, ManyThreadsOnManyStreams) {
+  scoped_emulated_delay delay{std::chrono::microseconds{5}};
+  constexpr int threads = 6;
+  std::atomic<int> failures{0};
+  std::mutex message_mutex;
+  std::string first_failure;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&] {
+      try {
+        stream own{this->device()};
+        stream_view s = own;
+        std::mt19937_64 random{fresh_seed()};
+        struct block {
+          void* p;
+          std::size_t bytes;
+          std::uint64_t seed;
+        };
+        std::vector<block> live;
+        for (int i = 0; i < 60; ++i) {
+          if (live.size() < 8 && random() % 3 != 0) {
+            const std::size_t bytes = 1 + random() % (random() % 4 == 0 ? 300000 : 5000);
+            void* p = this->resource().allocate(bytes, s);
+            const std::uint64_t seed = random();
+            fill_pattern(this->kind(), s, p, bytes, seed);
+            live.push_back({p, bytes, seed});
+          } else if (!live.empty()) {
+            const auto victim = random() % live.size();
+            auto b = live[victim];
+            if (!holds_pattern(this->kind(), s, b.p, b.bytes, b.seed)) throw std::runtime_error{"corrupted block"};
+            this->resource().deallocate(b.p, b.bytes, s);
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
+          }
+        }
+        for (auto& b : live) {
+          if (!holds_pattern(this->kind(), s, b.p, b.bytes, b.seed)) throw std::runtime_error{"corrupted block"};
+          this->resource().deallocate(b.p, b.bytes, s);
+        }
+        s.synchronize();
+      } catch (const std::exception& e) {
+        ++failures;
+        std::lock_guard lock{message_mutex};
+        if (first_failure.empty()) first_failure = e.what();
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(failures.load(), 0) << first_failure;
+}
+
+REGISTER_TYPED_TEST_SUITE_P(resource_conformance, ZeroBytesIsNullAndFreeOfNullIsNothing,
+                            HonoursEveryAlignmentItAccepts, RefusesBadArguments,
+                            LiveBlocksAreDistinctAndKeepTheirContents, ManyThreadsOnManyStreams);
+
+// Factory helpers for the common cases.
+template <device_kind Kind>
+struct on_device {
+  static device_id device() { return device_id{Kind, 0}; }
+  static bool available() { return device_count(Kind) > 0; }
+  static std::string why_unavailable() {
+    return std::string{"no "} + std::string{to_string(Kind)} + " device: " + why_no_devices(Kind);
+  }
+};
+
+}  // namespace syncmem::test
