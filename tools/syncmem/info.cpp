@@ -6,15 +6,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "machine.hpp"
 #include "syncmem/syncmem.hpp"
 
 namespace syncmem::tool {
 namespace {
-
-std::string cuda_version(int v) {
-  if (v == 0) return "none";
-  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
-}
 
 std::string gib(std::size_t bytes) { return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
@@ -27,35 +23,7 @@ void add_info_command(CLI::App& app, info_options& options) {
 
 int run_info(const info_options& options) {
   const auto build = get_build_info();
-  nlohmann::json out;
-  out["version"] = build.version;
-  out["build_type"] = build.build_type;
-  out["compiler"] = build.compiler;
-  out["cuda_enabled"] = build.cuda_enabled;
-  out["cuda_runtime"] = cuda_version(build.cuda_runtime_version);
-  out["cuda_driver"] = cuda_version(build.cuda_driver_version);
-  out["devices"] = nlohmann::json::array();
-  for (const auto& id : devices()) {
-    nlohmann::json d;
-    d["id"] = to_string(id);
-    try {
-      const auto p = get_device_properties(id);
-      d["name"] = p.name;
-      d["memory_bytes"] = p.total_memory;
-      d["compute_capability"] = fmt::format("{}.{}", p.compute_capability_major, p.compute_capability_minor);
-      d["multiprocessors"] = p.multiprocessors;
-      d["link"] = p.link();
-      d["pci_bus_id"] = p.pci_bus_id;
-      d["virtual_memory"] = p.supports_virtual_memory;
-    } catch (const std::exception& e) {
-      d["error"] = e.what();
-    }
-    out["devices"].push_back(std::move(d));
-  }
-  for (auto kind : {device_kind::cuda, device_kind::emulated}) {
-    if (device_count(kind) == 0) out["no_devices"][std::string{to_string(kind)}] = why_no_devices(kind);
-  }
-
+  const nlohmann::json out = describe_machine();
   if (options.json) {
     fmt::print("{}\n", out.dump(2));
     return 0;
@@ -63,8 +31,8 @@ int run_info(const info_options& options) {
   fmt::print("syncmem {} ({}, {})\n", build.version, build.build_type, build.compiler);
   fmt::print("CUDA backend: {}", build.cuda_enabled ? "built" : "not built");
   if (build.cuda_enabled) {
-    fmt::print(", runtime {}, driver {}", cuda_version(build.cuda_runtime_version),
-               cuda_version(build.cuda_driver_version));
+    fmt::print(", runtime {}, driver {}", cuda_version_text(build.cuda_runtime_version),
+               cuda_version_text(build.cuda_driver_version));
   }
   fmt::print("\n\nDevices:\n");
   if (out["devices"].empty()) fmt::print("  none\n");
