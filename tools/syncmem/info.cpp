@@ -14,6 +14,12 @@ namespace {
 
 std::string gib(std::size_t bytes) { return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
+// "9.0" to "90".
+std::string sm_name(std::string capability) {
+  std::erase(capability, '.');
+  return capability;
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app, info_options& options) {
@@ -44,7 +50,7 @@ int run_info(const info_options& options) {
     const bool emulated = d["id"].get<std::string>().starts_with("emulated");
     fmt::print("  {:<11} {:<28} {:>9}  {}{}  {}\n", d["id"].get<std::string>(), d["name"].get<std::string>(),
                gib(d["memory_bytes"].get<std::size_t>()),
-               emulated ? std::string{} : fmt::format("sm_{}  ", d["compute_capability"].get<std::string>()),
+               emulated ? std::string{} : fmt::format("sm_{}  ", sm_name(d["compute_capability"].get<std::string>())),
                fmt::format("{} SMs", d["multiprocessors"].get<int>()), d["link"].get<std::string>());
   }
   if (out.contains("no_devices")) {
