@@ -137,6 +137,22 @@ TYPED_TEST(Streams, MovedFromStreamRefusesUse) {
   c.synchronize();
 }
 
+TYPED_TEST(Streams, DestroyingAStreamWaitsForItsWorkAndEndsItsLiveness) {
+  bool ran = false;
+  std::weak_ptr<void> alive;
+  {
+    stream s{this->dev()};
+    alive = detail::stream_liveness(s);
+    EXPECT_FALSE(alive.expired());
+    test::device_sleep(s, std::chrono::milliseconds{50});
+    s.launch_host_func([&ran] { ran = true; });
+  }
+  EXPECT_TRUE(ran);
+  EXPECT_TRUE(alive.expired());
+  // Streams syncmem does not own have no token (an empty one): they are assumed alive.
+  EXPECT_TRUE(detail::stream_liveness(default_stream(this->dev())).expired());
+}
+
 TYPED_TEST(Streams, ManyThreadsManyStreams) {
   test::scoped_emulated_delay delay{std::chrono::microseconds{20}};
   constexpr int threads = 4;

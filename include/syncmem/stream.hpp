@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <utility>
 
 #include "syncmem/device_id.hpp"
@@ -91,8 +92,9 @@ struct stream_options {
   int priority = 0;
 };
 
-/// @brief An owning stream. Move-only; destroying it lets enqueued work
-/// finish (CUDA's semantics; an emulated stream finishes it before returning).
+/// @brief An owning stream. Move-only. Destroying it waits for the work
+/// enqueued on it to finish, so that objects that remember the stream (a
+/// synced_memory's last stream of use) can tell that its work is done.
 ///
 /// Thread safety: enqueueing from several threads is safe; moving or
 /// destroying while other threads use it is not.
@@ -124,10 +126,16 @@ class stream {
 
   device_id device_;
   CUstream_st* handle_ = nullptr;
+  std::shared_ptr<void> alive_;  // expires when the stream is destroyed (see detail::stream_liveness)
   bool valid_ = false;
 };
 
 namespace detail {
+/// @brief For syncmem's own code: whether a stream may still be used. Empty
+/// (never expiring) for streams syncmem does not own (default streams, views
+/// of cudaStream_t); for a syncmem::stream it expires when the stream is
+/// destroyed, after its work has finished.
+[[nodiscard]] std::weak_ptr<void> stream_liveness(stream_view s);
 /// @brief For syncmem's own code: a view of a raw handle of a known device.
 struct stream_access {
   static constexpr stream_view make(device_id device, CUstream_st* handle) noexcept { return {device, handle}; }

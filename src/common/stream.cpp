@@ -1,6 +1,8 @@
 #include "syncmem/stream.hpp"
 
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -12,6 +14,28 @@
 #include "syncmem/event.hpp"
 
 namespace syncmem {
+
+namespace {
+
+// Liveness tokens of the streams syncmem owns, by handle.
+struct liveness_registry {
+  std::mutex mutex;
+  std::unordered_map<CUstream_st*, std::weak_ptr<void>> tokens;
+};
+
+liveness_registry& registry() {
+  static auto* const r = new liveness_registry{};  // never destroyed: streams may die after main()
+  return *r;
+}
+
+}  // namespace
+
+std::weak_ptr<void> detail::stream_liveness(stream_view s) {
+  auto& r = registry();
+  std::lock_guard lock{r.mutex};
+  auto it = r.tokens.find(s.native_handle());
+  return it == r.tokens.end() ? std::weak_ptr<void>{} : it->second;
+}
 
 stream_view default_stream(device_id device) {
   check_device(device);
@@ -57,6 +81,10 @@ void stream_view::launch_host_func(std::function<void()> fn) const {
 stream::stream(device_id device, stream_options options) : device_{device} {
   device_guard guard{device};
   handle_ = detail::backend_for(device).create_stream(device.index(), options.non_blocking, options.priority);
+  alive_ = std::make_shared<int>(0);
+  auto& r = registry();
+  std::lock_guard lock{r.mutex};
+  r.tokens[handle_] = alive_;
   valid_ = true;
 }
 
@@ -65,13 +93,17 @@ stream::stream() : stream{current_device()} {}
 stream::~stream() { reset(); }
 
 stream::stream(stream&& other) noexcept
-    : device_{other.device_}, handle_{std::exchange(other.handle_, nullptr)}, valid_{std::exchange(other.valid_, false)} {}
+    : device_{other.device_},
+      handle_{std::exchange(other.handle_, nullptr)},
+      alive_{std::move(other.alive_)},
+      valid_{std::exchange(other.valid_, false)} {}
 
 stream& stream::operator=(stream&& other) noexcept {
   if (this != &other) {
     reset();
     device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
+    alive_ = std::move(other.alive_);
     valid_ = std::exchange(other.valid_, false);
   }
   return *this;
@@ -82,7 +114,18 @@ void stream::reset() noexcept {
   valid_ = false;
   try {
     device_guard guard{device_};
-    detail::backend_for(device_).destroy_stream(device_.index(), handle_);
+    auto& backend = detail::backend_for(device_);
+    try {
+      backend.synchronize_stream(device_.index(), handle_);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a failure was reported to whoever waited; destroy anyway
+    }
+    {
+      auto& r = registry();
+      std::lock_guard lock{r.mutex};
+      if (auto it = r.tokens.find(handle_); it != r.tokens.end() && it->second.lock() == alive_) r.tokens.erase(it);
+    }
+    alive_.reset();
+    backend.destroy_stream(device_.index(), handle_);
   } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing to release
   }
   handle_ = nullptr;

@@ -1,0 +1,608 @@
+#include "syncmem/synced_memory.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "backend.hpp"
+#include "log.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/mr/allocation_label.hpp"
+#include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/mr/pageable_resource.hpp"
+#include "syncmem/mr/per_device_resource.hpp"
+#include "syncmem/mr/pinned_resource.hpp"
+
+namespace syncmem {
+
+std::string_view to_string(sync_state state) noexcept {
+  switch (state) {
+    case sync_state::uninitialized: return "uninitialized";
+    case sync_state::at_host: return "at_host";
+    case sync_state::at_device: return "at_device";
+    case sync_state::synced: return "synced";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// The library's host resources, made on first use and never destroyed (buffers
+// may be destroyed after main()).
+mr::memory_resource& default_host_resource(host_memory_kind kind, device_kind backend) {
+  if (kind == host_memory_kind::pageable) {
+    static auto* const pageable = new mr::pageable_resource{};
+    return *pageable;
+  }
+  if (backend == device_kind::cuda) {
+    static auto* const pinned = new mr::pinned_resource{device_kind::cuda};
+    return *pinned;
+  }
+  static auto* const pinned = new mr::pinned_resource{device_kind::emulated};
+  return *pinned;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// construction
+// ---------------------------------------------------------------------------
+
+synced_memory::synced_memory() : synced_memory{0, current_device(), {}} {}
+
+synced_memory::synced_memory(std::size_t bytes, synced_memory_options options)
+    : synced_memory{bytes, current_device(), std::move(options)} {}
+
+synced_memory::synced_memory(std::size_t bytes, device_id device, synced_memory_options options)
+    : device_{device}, size_{bytes}, capacity_{bytes}, label_{std::move(options.label)}, options_{std::move(options)} {
+  check_device(device);
+  SYNCMEM_EXPECTS(bytes <= max_size(), fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes,
+                                                   max_size()));
+  if (auto* r = options_.device_resource) {
+    SYNCMEM_EXPECTS(r->kind() == memory_kind::device && r->device() == device,
+                    fmt::format("{}: device_resource {} is not a device resource of {}", describe(), r->name(),
+                                to_string(device)));
+  }
+  if (auto* r = options_.host_resource) {
+    SYNCMEM_EXPECTS(r->kind() == memory_kind::pinned_host || r->kind() == memory_kind::pageable_host,
+                    fmt::format("{}: host_resource {} does not hand out host memory", describe(), r->name()));
+    host_.kind = r->kind();
+  } else {
+    host_.kind = options_.host_kind == host_memory_kind::pinned ? memory_kind::pinned_host : memory_kind::pageable_host;
+  }
+  device_side_.kind = memory_kind::device;
+}
+
+synced_memory::~synced_memory() { reset(); }
+
+synced_memory::synced_memory(synced_memory&& other) noexcept : device_{other.device_} { steal(other); }
+
+synced_memory& synced_memory::operator=(synced_memory&& other) noexcept {
+  if (this != &other) {
+    reset();
+    steal(other);
+  }
+  return *this;
+}
+
+void synced_memory::steal(synced_memory& other) noexcept {
+  state_ = std::exchange(other.state_, sync_state::uninitialized);
+  in_flight_ = std::exchange(other.in_flight_, in_flight::none);
+  has_last_stream_ = std::exchange(other.has_last_stream_, false);
+  last_stream_owned_ = other.last_stream_owned_;
+  moved_from_ = std::exchange(other.moved_from_, true);
+  host_ = std::exchange(other.host_, {});
+  device_side_ = std::exchange(other.device_side_, {});
+  device_ = other.device_;
+  last_stream_ = other.last_stream_;
+  last_stream_alive_ = std::move(other.last_stream_alive_);
+  size_ = std::exchange(other.size_, 0);
+  capacity_ = std::exchange(other.capacity_, 0);
+  label_ = other.label_;  // the source keeps its label for the error it gives when used
+  options_ = other.options_;
+  state_before_copy_ = other.state_before_copy_;
+  copy_ = std::move(other.copy_);
+  order_event_ = std::move(other.order_event_);
+  other.order_event_.reset();
+  counters_ = other.counters_;
+  reallocations_ = other.reallocations_;
+}
+
+synced_memory synced_memory::clone() const {
+  check_usable();
+  auto& self = const_cast<synced_memory&>(*this);  // waiting and ordering change no contents
+  synced_memory copy{size_, device_, options_};
+  copy.label_ = label_;
+  if (size_ == 0) return copy;
+  self.wait_for_copy();
+  const sync_state state = state_;
+  if (state == sync_state::at_host || state == sync_state::synced) {
+    copy.host_ = copy.allocate_host(copy.capacity_);
+    std::memcpy(copy.host_.ptr, host_.ptr, size_);
+  }
+  if (state == sync_state::at_device || state == sync_state::synced) {
+    device_guard guard{device_};
+    const stream_view s = self.last_or_default_stream();
+    self.order_on(s);
+    copy.device_side_ = copy.allocate_device(copy.capacity_, s);
+    copy.order_on(s);
+    transfer t = copy_async(copy.device_side_.ptr, device_side_.ptr, size_, s);  // stream-ordered; no wait
+    ++copy.counters_.device_copies;
+    copy.counters_.device_bytes += size_;
+  }
+  copy.state_ = state;
+  return copy;
+}
+
+// ---------------------------------------------------------------------------
+// access
+// ---------------------------------------------------------------------------
+
+const void* synced_memory::host_data() {
+  if (state_ == sync_state::synced && in_flight_ == in_flight::none) [[likely]] return host_.ptr;
+  if (state_ == sync_state::at_host && in_flight_ == in_flight::none) return host_.ptr;
+  to_host(false);
+  return host_.ptr;
+}
+
+void* synced_memory::mutable_host_data() {
+  if (state_ == sync_state::at_host && in_flight_ == in_flight::none) [[likely]] return host_.ptr;
+  to_host(true);
+  return host_.ptr;
+}
+
+const void* synced_memory::device_data() { return device_data(default_device_stream()); }
+
+const void* synced_memory::device_data(stream_view s) {
+  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && has_last_stream_ &&
+      last_stream_ == s.native_handle() && s.device() == device_) [[likely]] {
+    return device_side_.ptr;
+  }
+  to_device(s);
+  return device_side_.ptr;
+}
+
+void* synced_memory::mutable_device_data() { return mutable_device_data(default_device_stream()); }
+
+void* synced_memory::mutable_device_data(stream_view s) {
+  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && has_last_stream_ &&
+      last_stream_ == s.native_handle() && s.device() == device_) [[likely]] {
+    state_ = sync_state::at_device;
+    return device_side_.ptr;
+  }
+  to_device(s);
+  if (state_ != sync_state::uninitialized) state_ = sync_state::at_device;  // an empty buffer stays so
+  return device_side_.ptr;
+}
+
+void synced_memory::prefetch_to_device(stream_view s) { to_device(s); }
+void synced_memory::prefetch_to_device() { to_device(default_device_stream()); }
+
+void synced_memory::prefetch_to_host(stream_view s) {
+  check_usable();
+  check_stream(s);
+  if (state_ != sync_state::at_device || size_ == 0) return;  // nothing to copy
+  device_guard guard{device_};
+  order_on(s);
+  wait_for_copy();
+  if (host_.ptr == nullptr) host_ = allocate_host(capacity_);
+  start_copy(host_.ptr, device_side_.ptr, size_, s, in_flight::to_host);
+  state_before_copy_ = sync_state::at_device;
+  state_ = sync_state::synced;
+}
+
+void synced_memory::prefetch_to_host() { prefetch_to_host(last_or_default_stream()); }
+
+bool synced_memory::ready() const {
+  finish_copy_if_done();
+  return in_flight_ == in_flight::none;
+}
+
+void synced_memory::synchronize() {
+  check_usable();
+  wait_for_copy();
+  if (has_last_stream_) last_or_default_stream().synchronize();
+}
+
+sync_state synced_memory::state() const {
+  finish_copy_if_done();
+  // While a prefetch is in flight the buffer is not yet synced: report the side
+  // that was newest before it. A later write made its side newest regardless.
+  if (in_flight_ != in_flight::none && state_ == sync_state::synced) return state_before_copy_;
+  return state_;
+}
+
+// ---------------------------------------------------------------------------
+// the slow paths
+// ---------------------------------------------------------------------------
+
+void synced_memory::to_host(bool for_write) {
+  check_usable();
+  wait_for_copy();  // a copy in flight reads or writes the host side
+  switch (state_) {
+    case sync_state::uninitialized:
+      if (size_ == 0) break;
+      if (host_.ptr == nullptr) host_ = allocate_host(capacity_);
+      if (options_.zero_fill) std::memset(host_.ptr, 0, size_);
+      state_ = sync_state::at_host;
+      break;
+    case sync_state::at_device: {
+      if (size_ == 0) break;
+      device_guard guard{device_};
+      if (host_.ptr == nullptr) host_ = allocate_host(capacity_);
+      // In order after the last device-side write, then wait for that copy only.
+      start_copy(host_.ptr, device_side_.ptr, size_, last_or_default_stream(), in_flight::to_host);
+      state_before_copy_ = sync_state::at_device;
+      state_ = sync_state::synced;
+      wait_for_copy();
+      break;
+    }
+    case sync_state::at_host:
+    case sync_state::synced:
+      break;
+  }
+  if (for_write && state_ != sync_state::uninitialized) state_ = sync_state::at_host;
+}
+
+void synced_memory::to_device(stream_view s) {
+  check_usable();
+  check_stream(s);
+  device_guard guard{device_};
+  order_on(s);
+  finish_copy_if_done();
+  switch (state_) {
+    case sync_state::uninitialized:
+      if (size_ == 0) break;
+      if (device_side_.ptr == nullptr) device_side_ = allocate_device(capacity_, s);
+      if (options_.zero_fill) zero_device(0, size_, s);
+      state_ = sync_state::at_device;
+      break;
+    case sync_state::at_host:
+      if (size_ == 0) break;
+      if (device_side_.ptr == nullptr) device_side_ = allocate_device(capacity_, s);
+      start_copy(device_side_.ptr, host_.ptr, size_, s, in_flight::to_device);
+      state_before_copy_ = sync_state::at_host;
+      state_ = sync_state::synced;
+      break;
+    case sync_state::at_device:
+    case sync_state::synced:
+      break;
+  }
+}
+
+void synced_memory::start_copy(void* dst, const void* src, std::size_t bytes, stream_view s, in_flight direction) {
+  wait_for_copy();
+  copy_ = copy_async(dst, src, bytes, s);
+  in_flight_ = direction;
+  if (direction == in_flight::to_host) {
+    ++counters_.to_host_copies;
+    counters_.to_host_bytes += bytes;
+  } else {
+    ++counters_.to_device_copies;
+    counters_.to_device_bytes += bytes;
+  }
+}
+
+void synced_memory::wait_for_copy() const {
+  if (in_flight_ == in_flight::none) return;
+  copy_.wait();
+  in_flight_ = in_flight::none;
+}
+
+void synced_memory::finish_copy_if_done() const {
+  if (in_flight_ != in_flight::none && copy_.ready()) in_flight_ = in_flight::none;
+}
+
+void synced_memory::order_on(stream_view s) {
+  if (has_last_stream_ && last_stream_ == s.native_handle()) return;
+  if (has_last_stream_ && last_stream_usable()) {
+    if (!order_event_) order_event_.emplace(device_);
+    order_event_->record(detail::stream_access::make(device_, last_stream_));
+    s.wait(*order_event_);
+  }
+  // A destroyed syncmem::stream finished its work before it went: nothing to wait for.
+  last_stream_ = s.native_handle();
+  last_stream_alive_ = detail::stream_liveness(s);
+  last_stream_owned_ = !last_stream_alive_.expired();
+  has_last_stream_ = true;
+}
+
+bool synced_memory::last_stream_usable() const noexcept {
+  return has_last_stream_ && (!last_stream_owned_ || !last_stream_alive_.expired());
+}
+
+stream_view synced_memory::last_or_default_stream() const {
+  if (last_stream_usable()) return detail::stream_access::make(device_, last_stream_);
+  return default_device_stream();
+}
+
+stream_view synced_memory::default_device_stream() const { return default_stream(device_); }
+
+// ---------------------------------------------------------------------------
+// memory
+// ---------------------------------------------------------------------------
+
+synced_memory::side synced_memory::allocate_host(std::size_t bytes) const {
+  mr::memory_resource& r = options_.host_resource != nullptr
+                               ? *options_.host_resource
+                               : default_host_resource(options_.host_kind, device_.kind());
+  mr::scoped_allocation_label label{label_};
+  side s;
+  s.ptr = r.allocate(bytes, last_or_default_stream());
+  s.bytes = bytes;
+  s.kind = r.kind();
+  s.resource = &r;
+  return s;
+}
+
+synced_memory::side synced_memory::allocate_device(std::size_t bytes, stream_view s) const {
+  mr::memory_resource& r =
+      options_.device_resource != nullptr ? *options_.device_resource : mr::get_per_device_resource(device_);
+  mr::scoped_allocation_label label{label_};
+  side d;
+  d.ptr = r.allocate(bytes, s);
+  d.bytes = bytes;
+  d.kind = memory_kind::device;
+  d.resource = &r;
+  return d;
+}
+
+void synced_memory::release_host() noexcept {
+  if (host_.ptr != nullptr && !host_.borrowed && host_.resource != nullptr) {
+    try {
+      host_.resource->deallocate(host_.ptr, host_.bytes, last_or_default_stream());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): default_stream only throws for a device that is gone
+    }
+  }
+  const auto kind = options_.host_resource != nullptr ? options_.host_resource->kind()
+                    : options_.host_kind == host_memory_kind::pinned ? memory_kind::pinned_host
+                                                                     : memory_kind::pageable_host;
+  host_ = {};
+  host_.kind = kind;
+}
+
+void synced_memory::release_device() noexcept {
+  if (device_side_.ptr != nullptr && !device_side_.borrowed && device_side_.resource != nullptr) {
+    try {
+      device_guard guard{device_};
+      device_side_.resource->deallocate(device_side_.ptr, device_side_.bytes, last_or_default_stream());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+    }
+  }
+  device_side_ = {};
+  device_side_.kind = memory_kind::device;
+}
+
+void synced_memory::zero_host(std::size_t from, std::size_t to) const {
+  if (to > from) std::memset(static_cast<char*>(host_.ptr) + from, 0, to - from);
+}
+
+void synced_memory::zero_device(std::size_t from, std::size_t to, stream_view s) {
+  if (to <= from) return;
+  device_guard guard{device_};
+  detail::backend_for(device_).memset_async(static_cast<char*>(device_side_.ptr) + from, 0, to - from,
+                                            device_.index(), s.native_handle());
+}
+
+void synced_memory::reset() noexcept {
+  if (moved_from_) return;
+  try {
+    wait_for_copy();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a copy that failed writes nothing more
+  }
+  release_device();
+  release_host();
+  order_event_.reset();
+  has_last_stream_ = false;
+  state_ = sync_state::uninitialized;
+  size_ = 0;
+  capacity_ = 0;
+}
+
+// ---------------------------------------------------------------------------
+// capacity
+// ---------------------------------------------------------------------------
+
+void synced_memory::resize(std::size_t bytes, resize_mode mode) {
+  check_usable();
+  SYNCMEM_EXPECTS(bytes <= max_size(), fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes,
+                                                   max_size()));
+  if (bytes > capacity()) {
+    grow(bytes, mode);
+    return;
+  }
+  if (mode == resize_mode::discard) {
+    wait_for_copy();
+    size_ = bytes;
+    state_ = sync_state::uninitialized;
+    return;
+  }
+  const std::size_t old = size_;
+  if (bytes <= old) {
+    size_ = bytes;
+    return;
+  }
+  // Growing. The valid sides of an empty buffer may have no memory yet: give
+  // them some first (nothing has changed if that throws). Then the new tail
+  // reads as zeros on every valid side.
+  wait_for_copy();
+  const bool host_valid = state_ == sync_state::at_host || state_ == sync_state::synced;
+  const bool device_valid = state_ == sync_state::at_device || state_ == sync_state::synced;
+  if (host_valid && host_.ptr == nullptr) host_ = allocate_host(capacity_);
+  if (device_valid) {
+    device_guard guard{device_};
+    const auto s = last_or_default_stream();
+    order_on(s);
+    if (device_side_.ptr == nullptr) device_side_ = allocate_device(capacity_, s);
+    if (options_.zero_fill) zero_device(old, bytes, s);
+  }
+  if (host_valid && options_.zero_fill) zero_host(old, bytes);
+  size_ = bytes;
+}
+
+std::size_t synced_memory::capacity() const noexcept {
+  std::size_t c = capacity_;
+  if (host_.ptr != nullptr) c = std::min(c, host_.bytes);
+  if (device_side_.ptr != nullptr) c = std::min(c, device_side_.bytes);
+  return c;
+}
+
+void synced_memory::grow(std::size_t bytes, resize_mode mode) {
+  // Borrowed memory that is too small follows the policy; decide before changing anything.
+  const bool host_too_small = host_.ptr != nullptr && host_.bytes < bytes;
+  const bool device_too_small = device_side_.ptr != nullptr && device_side_.bytes < bytes;
+  if ((host_too_small && host_.borrowed) || (device_too_small && device_side_.borrowed)) {
+    SYNCMEM_EXPECTS(options_.on_borrowed_growth == borrow_policy::move_to_owned,
+                    fmt::format("{}: cannot grow borrowed {} memory of {} bytes to {} bytes "
+                                "(borrow_policy::throw_on_growth); nothing was changed",
+                                describe(), host_too_small && host_.borrowed ? "host" : "device",
+                                host_too_small && host_.borrowed ? host_.bytes : device_side_.bytes, bytes));
+  }
+  wait_for_copy();
+  const std::size_t old = size_;
+  const sync_state state = state_;
+  // Sides that are large enough stay (a stale one is refreshed when next used);
+  // only those too small are replaced or released.
+  auto release_if_too_small = [&] {
+    if (host_too_small) release_host();
+    if (device_too_small) release_device();
+  };
+  if (mode == resize_mode::discard || state == sync_state::uninitialized) {
+    release_if_too_small();
+    capacity_ = bytes;
+    size_ = bytes;
+    state_ = sync_state::uninitialized;
+    ++reallocations_;
+    return;
+  }
+  // Keep the contents: move only the newest side into new memory. Of a synced
+  // buffer, keep a side that is large enough as it is, else move the device side.
+  bool use_host = state == sync_state::at_host;
+  if (state == sync_state::synced) use_host = !host_too_small && device_too_small;
+  if (use_host) {
+    if (host_too_small || host_.ptr == nullptr) {  // absent only when the buffer was empty
+      side fresh = allocate_host(bytes);
+      if (old > 0) std::memcpy(fresh.ptr, host_.ptr, old);
+      release_host();
+      host_ = std::move(fresh);
+    }
+    if (device_too_small) release_device();
+    capacity_ = bytes;
+    size_ = bytes;
+    if (options_.zero_fill) zero_host(old, bytes);
+    state_ = sync_state::at_host;
+  } else {
+    device_guard guard{device_};
+    const auto s = last_or_default_stream();
+    order_on(s);
+    if (device_too_small || device_side_.ptr == nullptr) {  // absent only when the buffer was empty
+      side fresh = allocate_device(bytes, s);
+      if (old > 0) {
+        try {
+          transfer t = copy_async(fresh.ptr, device_side_.ptr, old, s);  // stream-ordered before the free below
+        } catch (...) {
+          fresh.resource->deallocate(fresh.ptr, fresh.bytes, s);
+          throw;
+        }
+        ++counters_.device_copies;
+        counters_.device_bytes += old;
+      }
+      release_device();
+      device_side_ = std::move(fresh);
+    }
+    if (host_too_small) release_host();
+    capacity_ = bytes;
+    size_ = bytes;
+    if (options_.zero_fill) zero_device(old, bytes, s);
+    state_ = sync_state::at_device;
+  }
+  ++reallocations_;
+}
+
+// ---------------------------------------------------------------------------
+// borrowing
+// ---------------------------------------------------------------------------
+
+void synced_memory::borrow_host(void* p, std::size_t bytes, std::shared_ptr<void> keep_alive) {
+  check_usable();
+  SYNCMEM_EXPECTS(p != nullptr || bytes == 0,
+                  fmt::format("{}: borrow_host of {} bytes at a null pointer", describe(), bytes));
+  SYNCMEM_EXPECTS(bytes <= max_size(), fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes,
+                                                   max_size()));
+  const auto attributes = get_pointer_attributes(p);
+  SYNCMEM_EXPECTS(attributes.kind == memory_kind::pageable_host || attributes.kind == memory_kind::pinned_host ||
+                      attributes.kind == memory_kind::managed,
+                  fmt::format("{}: borrow_host was given {} memory", describe(), to_string(attributes.kind)));
+  wait_for_copy();
+  release_host();
+  if (bytes > 0) {  // borrowing nothing leaves the side empty
+    host_.ptr = p;
+    host_.bytes = bytes;
+    host_.borrowed = true;
+    host_.kind = attributes.kind == memory_kind::managed ? memory_kind::pinned_host : attributes.kind;
+    host_.keep_alive = std::move(keep_alive);
+  }
+  if (device_side_.ptr != nullptr && device_side_.bytes < bytes) release_device();
+  size_ = bytes;
+  capacity_ = std::max(capacity_, bytes);
+  state_ = bytes == 0 ? sync_state::uninitialized : sync_state::at_host;
+}
+
+void synced_memory::borrow_device(void* p, std::size_t bytes, std::shared_ptr<void> keep_alive) {
+  check_usable();
+  SYNCMEM_EXPECTS(p != nullptr || bytes == 0,
+                  fmt::format("{}: borrow_device of {} bytes at a null pointer", describe(), bytes));
+  SYNCMEM_EXPECTS(bytes <= max_size(), fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes,
+                                                   max_size()));
+  if (p != nullptr) {
+    const auto attributes = get_pointer_attributes(p);
+    SYNCMEM_EXPECTS(attributes.kind == memory_kind::device || attributes.kind == memory_kind::managed,
+                    fmt::format("{}: borrow_device was given {} memory, not device memory", describe(),
+                                to_string(attributes.kind)));
+    SYNCMEM_EXPECTS(!attributes.device || *attributes.device == device_,
+                    fmt::format("{}: borrow_device was given memory of {}, but the buffer belongs to {}", describe(),
+                                to_string(*attributes.device), to_string(device_)));
+    SYNCMEM_EXPECTS(attributes.size == 0 ||
+                        static_cast<const char*>(p) + bytes <=
+                            static_cast<const char*>(attributes.base) + attributes.size,
+                    fmt::format("{}: borrow_device of {} bytes runs past the end of its allocation of {} bytes",
+                                describe(), bytes, attributes.size));
+  }
+  wait_for_copy();
+  release_device();
+  if (bytes > 0) {  // borrowing nothing leaves the side empty
+    device_side_.ptr = p;
+    device_side_.bytes = bytes;
+    device_side_.borrowed = true;
+    device_side_.keep_alive = std::move(keep_alive);
+  }
+  if (host_.ptr != nullptr && host_.bytes < bytes) release_host();
+  size_ = bytes;
+  capacity_ = std::max(capacity_, bytes);
+  state_ = bytes == 0 ? sync_state::uninitialized : sync_state::at_device;
+}
+
+// ---------------------------------------------------------------------------
+// checks and descriptions
+// ---------------------------------------------------------------------------
+
+std::string synced_memory::describe() const {
+  return fmt::format("synced_memory '{}' ({})", label_.empty() ? std::string{"unlabelled"} : label_,
+                     to_string(device_));
+}
+
+void synced_memory::check_usable() const {
+  SYNCMEM_EXPECTS(!moved_from_, fmt::format("use of a moved-from synced_memory '{}'", label_));
+}
+
+void synced_memory::check_stream(stream_view s) const {
+  check_usable();
+  SYNCMEM_EXPECTS(s.device() == device_, fmt::format("{}: a stream of {} was given; streams must belong to {}",
+                                                     describe(), to_string(s.device()), to_string(device_)));
+}
+
+}  // namespace syncmem
