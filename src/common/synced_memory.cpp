@@ -8,14 +8,13 @@
 
 #include "backend.hpp"
 #include "log.hpp"
+#include "mr/default_host_resource.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/allocation_label.hpp"
 #include "syncmem/mr/memory_resource.hpp"
-#include "syncmem/mr/pageable_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
-#include "syncmem/mr/pinned_resource.hpp"
 
 namespace syncmem {
 
@@ -28,25 +27,6 @@ std::string_view to_string(sync_state state) noexcept {
   }
   return "unknown";
 }
-
-namespace {
-
-// The library's host resources, made on first use and never destroyed (buffers
-// may be destroyed after main()).
-mr::memory_resource& default_host_resource(host_memory_kind kind, device_kind backend) {
-  if (kind == host_memory_kind::pageable) {
-    static auto* const pageable = new mr::pageable_resource{};
-    return *pageable;
-  }
-  if (backend == device_kind::cuda) {
-    static auto* const pinned = new mr::pinned_resource{device_kind::cuda};
-    return *pinned;
-  }
-  static auto* const pinned = new mr::pinned_resource{device_kind::emulated};
-  return *pinned;
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // construction
@@ -329,7 +309,10 @@ stream_view synced_memory::default_device_stream() const { return default_stream
 synced_memory::side synced_memory::allocate_host(std::size_t bytes) const {
   mr::memory_resource& r = options_.host_resource != nullptr
                                ? *options_.host_resource
-                               : default_host_resource(options_.host_kind, device_.kind());
+                               : mr::detail::default_host_resource(options_.host_kind == host_memory_kind::pageable
+                                                                       ? memory_kind::pageable_host
+                                                                       : memory_kind::pinned_host,
+                                                                   device_.kind());
   mr::scoped_allocation_label label{label_};
   side s;
   s.ptr = r.allocate(bytes, last_or_default_stream());
