@@ -286,7 +286,11 @@ class backend_impl final : public backend {
 
   CUstream_st* default_stream(int index) override {
     auto& d = device(index);
-    std::call_once(d.default_stream_once, [&] { d.default_stream = new worker_stream{index, max_delay_us_}; });
+    std::call_once(d.default_stream_once, [&] {
+      auto* s = new worker_stream{index, max_delay_us_};
+      std::lock_guard lock{d.streams_mutex};  // synchronize_device reads it under this lock
+      d.default_stream = s;
+    });
     return reinterpret_cast<CUstream_st*>(d.default_stream);
   }
 
