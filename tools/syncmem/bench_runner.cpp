@@ -1,9 +1,11 @@
 #include "bench_runner.hpp"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -22,6 +24,29 @@ namespace syncmem::tool {
 namespace {
 
 using report_run = benchmark::BenchmarkReporter::Run;
+
+// A listed name without the parts Google Benchmark appends ("/min_time:0.010",
+// "/real_time", "/threads:8", ...), as the runs are named.
+std::string without_settings(const std::string& listed) {
+  static constexpr std::string_view settings[] = {"min_time:", "min_warmup_time:", "iterations:", "repeats:",
+                                                  "threads:",  "real_time",        "manual_time", "process_time"};
+  std::string name = listed;
+  for (;;) {
+    const auto slash = name.rfind('/');
+    if (slash == std::string::npos) return name;
+    const std::string_view last{name.data() + slash + 1, name.size() - slash - 1};
+    const bool setting = std::any_of(std::begin(settings), std::end(settings),
+                                     [last](std::string_view s) { return last.starts_with(s); });
+    if (!setting) return name;
+    name.resize(slash);
+  }
+}
+
+std::size_t terminal_columns() {
+  winsize size{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 20) return size.ws_col;
+  return 80;
+}
 
 // The suites register once per process; the options say where they run.
 const bench::options& registered_suites(bool quick) {
@@ -173,9 +198,13 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
     constexpr std::size_t bar = 30;
     const std::size_t total = std::max<std::size_t>(names_.size(), 1);
     const std::size_t filled = std::min(bar, done_ * bar / total);
-    std::string line =
-        fmt::format("[{}{}] {}/{}", std::string(filled, '#'), std::string(bar - filled, '.'), done_, names_.size());
+    const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::string line = fmt::format("[{}{}] {}/{} {:.0f} s", std::string(filled, '#'), std::string(bar - filled, '.'),
+                                   done_, names_.size(), elapsed);
     if (done_ < names_.size()) line += "  " + names_[done_];
+    // One line that never wraps, so that \r goes back to its start.
+    const std::size_t columns = terminal_columns() - 1;
+    if (line.size() > columns) line.resize(columns);
     fmt::print("\r\x1b[2K{}", line);
     std::fflush(stdout);
   }
@@ -185,6 +214,7 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
   std::vector<std::string> skipped_;
   std::size_t done_ = 0;
   bool tty_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 // Collects what Google Benchmark prints in a listing pass, and its complaints.
@@ -225,7 +255,7 @@ std::vector<std::string> list_benchmarks(const bench_request& request) {
   std::vector<std::string> names;
   std::istringstream lines{listing.output()};
   for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) names.push_back(line);
+    if (!line.empty()) names.push_back(without_settings(line));
   }
   return names;
 }
