@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -178,6 +179,9 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
   }
 
   [[nodiscard]] const std::vector<std::string>& skipped() const noexcept { return skipped_; }
+  [[nodiscard]] std::string running() const {
+    return done_ < names_.size() ? names_[done_] : std::string{"a benchmark"};
+  }
 
  private:
   void print_line(const bench_run& r) const {
@@ -274,7 +278,13 @@ bench_results run_benchmarks(const bench_request& request) {
   set_flags(o, false);
   progress_reporter progress{std::move(names), results};
   const auto start = std::chrono::steady_clock::now();
-  benchmark::RunSpecifiedBenchmarks(&progress, results.filter);
+  try {
+    benchmark::RunSpecifiedBenchmarks(&progress, results.filter);
+  } catch (const std::exception& e) {
+    // A suite should turn its failures into SkipWithError; name the one that did not.
+    progress.Finalize();
+    throw std::runtime_error{fmt::format("{} threw: {}", progress.running(), e.what())};
+  }
   results.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   benchmark::Shutdown();
   for (const auto& s : progress.skipped()) fmt::print("skipped {}\n", s);

@@ -6,8 +6,12 @@
 
 namespace syncmem::tool {
 
-nlohmann::json to_json(const bench_results& results) {
-  nlohmann::json out;
+nlohmann::ordered_json to_json(const bench_results& results) {
+  // Ordered, so that the file reads from the top: format, date, machine, runs.
+  auto ordered = [](const nlohmann::json& j) {
+    return j.is_null() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(j.dump());
+  };
+  nlohmann::ordered_json out;
   out["format"] = bench_format;
   out["date"] = results.date;
   out["duration_s"] = results.duration_s;
@@ -15,11 +19,11 @@ nlohmann::json to_json(const bench_results& results) {
   out["filter"] = results.filter;
   out["gpu"] = results.gpu;
   out["devices"] = results.devices;
-  out["machine"] = results.machine.is_null() ? nlohmann::json::object() : results.machine;
-  out["context"] = results.context.is_null() ? nlohmann::json::object() : results.context;
-  out["runs"] = nlohmann::json::array();
+  out["machine"] = ordered(results.machine);
+  out["context"] = ordered(results.context);
+  out["runs"] = nlohmann::ordered_json::array();
   for (const auto& r : results.runs) {
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     j["name"] = r.name;
     j["suite"] = r.suite;
     j["case"] = r.case_name;
@@ -33,7 +37,7 @@ nlohmann::json to_json(const bench_results& results) {
     j["cpu_time_ns"] = r.cpu_time_ns;
     if (r.bytes_per_second) j["bytes_per_second"] = *r.bytes_per_second;
     if (r.items_per_second) j["items_per_second"] = *r.items_per_second;
-    j["counters"] = nlohmann::json::object();
+    j["counters"] = nlohmann::ordered_json::object();
     for (const auto& [name, value] : r.counters) j["counters"][name] = value;
     if (!r.label.empty()) j["label"] = r.label;
     if (!r.error.empty()) j["error"] = r.error;

@@ -25,7 +25,7 @@ namespace syncmem::tool {
 
 inline constexpr const char* bench_format = "syncmem.bench/1";
 
-[[nodiscard]] nlohmann::json to_json(const bench_results& results);
+[[nodiscard]] nlohmann::ordered_json to_json(const bench_results& results);
 
 // Reads results that to_json wrote; `source` names the file in messages.
 // Throws input_error saying where and what is wrong.
