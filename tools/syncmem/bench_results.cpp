@@ -85,6 +85,15 @@ std::string figures_source(const bench_results& results) {
       why, devices.empty() ? std::string{"an emulated device"} : devices);
 }
 
+std::string build_warning(const bench_results& results) {
+  const auto& m = results.machine;
+  if (!m.is_object() || !m.contains("build_type") || !m["build_type"].is_string()) return {};
+  const auto type = m["build_type"].get<std::string>();
+  if (type == "Release" || type == "RelWithDebInfo" || type == "MinSizeRel") return {};
+  return fmt::format("syncmem was built as {}, without optimisation: its figures are slower than a Release build's.",
+                     type.empty() ? std::string{"an unnamed build type"} : type);
+}
+
 const bench_run* bench_case::find(const std::string& method, const std::string& parameter) const {
   const auto it = runs.find({method, parameter});
   return it == runs.end() ? nullptr : it->second;

@@ -66,6 +66,10 @@ struct bench_name {
 // the page. When they are not GPU figures it says so plainly.
 [[nodiscard]] std::string figures_source(const bench_results& results);
 
+// A warning when the library was built without optimisation (a Debug or
+// sanitizer build), whose figures say little; empty otherwise.
+[[nodiscard]] std::string build_warning(const bench_results& results);
+
 // One case (<suite>/<case>): its methods (ours first) and parameters (by size
 // when they are sizes), and the run for each pair.
 struct bench_case {

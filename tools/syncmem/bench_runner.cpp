@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <ctime>
 #include <set>
-#include <stdexcept>
 #include <sstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -275,6 +275,9 @@ bench_results run_benchmarks(const bench_request& request) {
   for (const auto& d : o.devices) results.devices.push_back(to_string(d));
   results.machine = describe_machine();  // after the suites enabled any emulated device they run on
 
+  fmt::print("syncmem bench: {} benchmark{} on {}{}\n", names.size(), names.size() == 1 ? "" : "s",
+             fmt::join(results.devices, ", "), results.gpu ? "" : " (no GPU: the figures will not be GPU figures)");
+  std::fflush(stdout);
   set_flags(o, false);
   progress_reporter progress{std::move(names), results};
   const auto start = std::chrono::steady_clock::now();

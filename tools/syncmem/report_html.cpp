@@ -263,6 +263,9 @@ std::string render_html(const bench_results& results) {
   } else {
     body += fmt::format("<div class=\"notice not-gpu\">{}</div>\n", escape(figures_source(results)));
   }
+  if (const auto warning = build_warning(results); !warning.empty()) {
+    body += fmt::format("<div class=\"warning\">{}</div>\n", escape(warning));
+  }
   body +=
       "<p>Each case compares syncmem's figure (ours, solid lines) with the alternatives measured in the same "
       "run (dashed). Ratios say how many times faster ours is: above 1, ours is faster.</p>\n";

@@ -108,6 +108,7 @@ std::string render_table(const bench_results& results) {
   if (results.quick) title += ", quick run";
   out += title + "\n";
   out += wrap(figures_source(results), line_width, "") + "\n";
+  if (const auto warning = build_warning(results); !warning.empty()) out += wrap(warning, line_width, "") + "\n";
   const auto cases = group_cases(results);
   if (cases.empty()) {
     out += "No benchmark ran.\n";
