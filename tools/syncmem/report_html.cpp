@@ -151,7 +151,7 @@ std::string case_table(const bench_case& c) {
 }
 
 std::string case_plot(const bench_case& c, const method_colors& colors) {
-  if (c.bandwidth && c.sizes) {
+  if (c.bandwidth && c.sizes && c.parameters.size() >= 2) {  // one size: bars read better than a lone point
     svg::line_chart chart;
     chart.title = c.title() + ": bandwidth by size";
     chart.kind = "bandwidth";
