@@ -129,10 +129,35 @@ std::optional<double> bench_case::figure(const bench_run& run) const {
   return run.real_time_ns;
 }
 
+std::vector<std::string> bench_case::parameters_of(const std::string& method) const {
+  std::vector<std::string> out;
+  for (const auto& p : parameters) {
+    if (find(method, p) != nullptr) out.push_back(p);
+  }
+  return out;
+}
+
+const bench_run* bench_case::baseline(const std::string& other, const std::string& parameter) const {
+  if (const bench_run* r = find(other, parameter)) return r;
+  const auto mine = parameters_of(other);
+  if (mine.size() == 1 && !parse_size(mine.front())) return find(other, mine.front());
+  return nullptr;
+}
+
+bool bench_case::sparse() const {
+  if (methods.size() < 2) return false;
+  for (const auto& p : parameters) {
+    int ran = 0;
+    for (const auto& m : methods) ran += find(m, p) != nullptr ? 1 : 0;
+    if (ran >= 2) return false;
+  }
+  return true;
+}
+
 std::optional<double> bench_case::speedup(const std::string& ours, const std::string& other,
                                           const std::string& parameter) const {
   const bench_run* a = find(ours, parameter);
-  const bench_run* b = find(other, parameter);
+  const bench_run* b = baseline(other, parameter);
   if (a == nullptr || b == nullptr) return std::nullopt;
   const auto fa = figure(*a);
   const auto fb = figure(*b);

@@ -89,9 +89,18 @@ struct bench_case {
   [[nodiscard]] std::vector<std::string> alternatives() const;
   // The figure of a run in this case (bandwidth or time), nullopt for a failed run.
   [[nodiscard]] std::optional<double> figure(const bench_run& run) const;
+  // The run `other` is compared with at `parameter`: its own run there, or,
+  // when `other` ran once with a parameter that is not a size (a baseline
+  // such as "raw-pointer/any"), that one run.
+  [[nodiscard]] const bench_run* baseline(const std::string& other, const std::string& parameter) const;
   // How many times faster `ours` is than `other` at `parameter`, when both ran.
   [[nodiscard]] std::optional<double> speedup(const std::string& ours, const std::string& other,
                                               const std::string& parameter) const;
+  // Whether no parameter ran with two methods (each method measured its own
+  // situation): the case reads better as one row per run.
+  [[nodiscard]] bool sparse() const;
+  // The parameters `method` ran with, in the case's order.
+  [[nodiscard]] std::vector<std::string> parameters_of(const std::string& method) const;
 };
 
 // The cases in the order their first run appears. When a name ran more than

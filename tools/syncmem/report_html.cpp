@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "case_table.hpp"
 #include "html_page.hpp"
 #include "report_format.hpp"
 #include "svg_plot.hpp"
@@ -105,49 +106,34 @@ std::string machine_section(const bench_results& results) {
   return out;
 }
 
-std::string figure_text(const bench_case& c, const bench_run* r) {
-  if (r == nullptr) return "–";
-  if (!r->error.empty()) return "failed";
-  const auto f = c.figure(*r);
-  if (!f) return "–";
-  return c.bandwidth ? format_bandwidth(*f) : format_time(*f);
-}
-
-std::string case_table(const bench_case& c) {
-  const auto ours = c.our_methods();
-  const auto others = c.alternatives();
-  std::string out =
-      "<table class=\"case-table\"><tr><th class=\"name\">" + std::string{c.sizes ? "size" : "parameter"} + "</th>";
-  for (const auto& m : c.methods) {
-    out +=
-        fmt::format("<th{}>{}{}</th>", c.is_ours(m) ? " class=\"ours\"" : "", escape(m), c.is_ours(m) ? " (ours)" : "");
-  }
-  for (const auto& o : ours) {
-    for (const auto& a : others) {
-      out += fmt::format("<th>{}</th>", escape(ours.size() == 1 ? "vs " + a : o + " vs " + a));
-    }
+std::string case_table_html(const bench_case& c) {
+  const case_table t = tabulate(c);
+  std::string out = "<table class=\"case-table\"><tr>";
+  for (std::size_t i = 0; i < t.header.size(); ++i) {
+    const char* cls = i < t.name_columns ? " class=\"name\"" : t.header_ours[i] ? " class=\"ours\"" : "";
+    out += fmt::format("<th{}>{}</th>", cls, escape(t.header[i]));
   }
   out += "</tr>";
-  for (const auto& p : c.parameters) {
-    out += "<tr><td class=\"name\">" + escape(p) + "</td>";
-    for (const auto& m : c.methods) {
-      const bench_run* r = c.find(m, p);
-      std::string cls = c.is_ours(m) ? "ours" : "";
-      if (r != nullptr && !r->error.empty()) cls = "failed";
-      const std::string title = r != nullptr && !r->error.empty() ? fmt::format(" title=\"{}\"", escape(r->error)) : "";
-      out += fmt::format("<td class=\"{}\"{}>{}</td>", cls, title, escape(figure_text(c, r)));
-    }
-    for (const auto& o : ours) {
-      for (const auto& a : others) {
-        const auto s = c.speedup(o, a, p);
-        out += s ? fmt::format("<td class=\"{}\">{}</td>", *s >= 1 ? "better" : "worse", escape(format_ratio(*s)))
-                 : std::string{"<td>–</td>"};
+  for (const auto& row : t.rows) {
+    out += "<tr>";
+    for (const auto& cell : row) {
+      const char* cls = "";
+      switch (cell.what) {
+        case table_cell::kind::name: cls = "name"; break;
+        case table_cell::kind::ours: cls = "ours"; break;
+        case table_cell::kind::failed: cls = "failed"; break;
+        case table_cell::kind::better: cls = "better"; break;
+        case table_cell::kind::worse: cls = "worse"; break;
+        case table_cell::kind::figure:
+        case table_cell::kind::none: break;
       }
+      const std::string title = cell.note.empty() ? "" : fmt::format(" title=\"{}\"", escape(cell.note));
+      out += fmt::format("<td class=\"{}\"{}>{}</td>", cls, title,
+                         escape(cell.what == table_cell::kind::none ? std::string{"–"} : cell.text));
     }
     out += "</tr>";
   }
-  out += "</table>";
-  return out;
+  return out + "</table>";
 }
 
 std::string case_plot(const bench_case& c, const method_colors& colors) {
@@ -284,7 +270,7 @@ std::string render_html(const bench_results& results) {
     if (!ours.empty()) what += fmt::format(" Ours: {}.", fmt::join(ours, ", "));
     body += "<p>" + escape(what) + "</p>";
     body += case_plot(c, colors);
-    body += case_table(c);
+    body += case_table_html(c);
     body += counter_plots(c, colors);
     body += "</section>\n";
   }

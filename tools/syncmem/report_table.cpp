@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "case_table.hpp"
 #include "report_format.hpp"
 
 namespace syncmem::tool {
@@ -32,14 +33,6 @@ std::string wrap(const std::string& text, std::size_t width, const std::string& 
   return out;
 }
 
-std::string cell(const bench_case& c, const bench_run* r) {
-  if (r == nullptr) return "-";
-  if (!r->error.empty()) return "failed";
-  const auto f = c.figure(*r);
-  if (!f) return "-";
-  return c.bandwidth ? format_bandwidth(*f) : format_time(*f);
-}
-
 void render_case(std::string& out, const bench_case& c) {
   const auto ours = c.our_methods();
   const auto others = c.alternatives();
@@ -48,36 +41,23 @@ void render_case(std::string& out, const bench_case& c) {
   if (!ours.empty()) heading += fmt::format("; ours: {}", fmt::join(ours, ", "));
   out += heading + "\n";
 
-  // Columns: the parameter, every method, then one ratio per (ours, alternative) pair.
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header{c.sizes ? "size" : "parameter"};
-  for (const auto& m : c.methods) header.push_back(m);
-  std::vector<std::pair<std::string, std::string>> pairs;
-  for (const auto& o : ours) {
-    for (const auto& a : others) {
-      pairs.emplace_back(o, a);
-      header.push_back(ours.size() == 1 ? fmt::format("vs {}", a) : fmt::format("{} vs {}", o, a));
+  const case_table t = tabulate(c);
+  std::vector<std::size_t> widths(t.header.size(), 0);
+  for (std::size_t i = 0; i < t.header.size(); ++i) widths[i] = display_width(t.header[i]);
+  for (const auto& row : t.rows) {
+    for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], display_width(row[i].text));
+  }
+  auto line = [&](auto text_of) {
+    std::string text;
+    for (std::size_t i = 0; i < widths.size(); ++i) {
+      text += "  ";
+      text += i < t.name_columns ? pad_right(text_of(i), widths[i]) : pad_left(text_of(i), widths[i]);
     }
-  }
-  rows.push_back(header);
-  for (const auto& p : c.parameters) {
-    std::vector<std::string> row{p};
-    for (const auto& m : c.methods) row.push_back(cell(c, c.find(m, p)));
-    for (const auto& [o, a] : pairs) {
-      const auto s = c.speedup(o, a, p);
-      row.push_back(s ? format_ratio(*s) : "-");
-    }
-    rows.push_back(std::move(row));
-  }
-  std::vector<std::size_t> widths(header.size(), 0);
-  for (const auto& row : rows) {
-    for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], display_width(row[i]));
-  }
-  for (const auto& row : rows) {
-    std::string line = "  " + pad_right(row[0], widths[0]);
-    for (std::size_t i = 1; i < row.size(); ++i) line += "  " + pad_left(row[i], widths[i]);
-    out += line + "\n";
-  }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out += text + "\n";
+  };
+  line([&](std::size_t i) { return t.header[i]; });
+  for (const auto& row : t.rows) line([&](std::size_t i) { return row[i].text; });
   for (const auto& counter : c.counters) {
     for (const auto& p : c.parameters) {
       std::vector<std::string> values;

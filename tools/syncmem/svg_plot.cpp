@@ -11,9 +11,9 @@
 namespace syncmem::tool::svg {
 namespace {
 
-constexpr double width = 900;
+constexpr double width = 960;
 constexpr double height = 400;
-constexpr double legend_width = 220;
+constexpr double legend_width = 270;
 constexpr double left = 84;
 constexpr double top = 48;
 constexpr double right = width - legend_width - 16;
@@ -114,11 +114,12 @@ std::string legend(const std::vector<legend_entry>& entries) {
   double y = top;
   for (const auto& e : entries) {
     out += fmt::format(R"(<rect x="{}" y="{}" width="16" height="16" fill="{}"/>)", right + 20, fmt_px(y), e.color);
-    std::string name = e.emphasized ? e.name + " (ours)" : e.name;
-    const std::size_t fits = static_cast<std::size_t>((legend_width - 40) / char_width);
+    const std::string full = e.emphasized ? e.name + " (ours)" : e.name;
+    std::string name = full;
+    const std::size_t fits = static_cast<std::size_t>((legend_width - 48) / 7.4);  // bold 12px glyphs
     if (display_width(name) > fits) name = name.substr(0, fits - 1) + "…";
-    out += fmt::format(R"(<text x="{}" y="{}" font-size="12" fill="#222"{}>{}</text>)", right + 42, fmt_px(y + 12.5),
-                       e.emphasized ? R"( font-weight="600")" : "", escape(name));
+    out += fmt::format(R"(<text x="{}" y="{}" font-size="12" fill="#222"{}><title>{}</title>{}</text>)", right + 42,
+                       fmt_px(y + 12.5), e.emphasized ? R"( font-weight="600")" : "", escape(full), escape(name));
     y += 24;
   }
   return out;
@@ -231,8 +232,20 @@ std::string render(const bar_chart& chart) {
   if (shown.empty() || chart.groups.empty()) return {};
   const range ry = make_range(chart.y.kind, std::min(ymin, ymax), ymax);
   auto py = [&ry](double y) { return bottom - ry.at(y) * (bottom - top); };
+  // Each group draws only the bars it has, side by side and centred, so that
+  // a group where one method ran is not a lone bar off to one side.
+  auto drawable = [&chart](const bar_series& s, std::size_t g) {
+    return g < s.values.size() && s.values[g] && std::isfinite(*s.values[g]) &&
+           (chart.y.kind == scale::linear || *s.values[g] > 0);
+  };
+  std::size_t widest = 1;
+  for (std::size_t g = 0; g < chart.groups.size(); ++g) {
+    const auto n = static_cast<std::size_t>(
+        std::count_if(shown.begin(), shown.end(), [&](const bar_series* s) { return drawable(*s, g); }));
+    widest = std::max(widest, n);
+  }
   const double band = (right - left) / static_cast<double>(chart.groups.size());
-  const double bar = std::min(48.0, band * 0.8 / static_cast<double>(shown.size()));
+  const double bar = std::min(48.0, band * 0.8 / static_cast<double>(widest));
   std::size_t longest = 0;
   for (const auto& g : chart.groups) longest = std::max(longest, display_width(g));
   const bool rotate = static_cast<double>(longest) * char_width > band - 4;
@@ -240,13 +253,15 @@ std::string render(const bar_chart& chart) {
   std::string out = open_svg(chart.kind, chart.title);
   out += y_axis(ry, chart.y);
   for (std::size_t g = 0; g < chart.groups.size(); ++g) {
+    std::vector<const bar_series*> here;
+    for (const auto* s : shown) {
+      if (drawable(*s, g)) here.push_back(s);
+    }
     const double center = left + band * (static_cast<double>(g) + 0.5);
-    const double start = center - bar * static_cast<double>(shown.size()) / 2;
-    for (std::size_t i = 0; i < shown.size(); ++i) {
-      const bar_series& s = *shown[i];
-      if (g >= s.values.size() || !s.values[g]) continue;
+    const double start = center - bar * static_cast<double>(here.size()) / 2;
+    for (std::size_t i = 0; i < here.size(); ++i) {
+      const bar_series& s = *here[i];
       const double v = *s.values[g];
-      if (!std::isfinite(v) || (chart.y.kind != scale::linear && v <= 0)) continue;
       const double y = py(v);
       const double x = start + bar * static_cast<double>(i);
       out += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{} at {}: {}</title></rect>)",
