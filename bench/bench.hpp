@@ -9,10 +9,13 @@
 //
 //     <suite>/<case>/<method>/<parameter>
 //
-//   suite      transfer, alloc, pinned, synced, tensor
+//   suite      transfer, alloc, pinned, synced, tensor, memcpy (the host reference)
 //   case       what is measured: h2d, d2h, d2d, pair, churn, threads, replay, ...
 //   method     who does it: ours ("syncmem", "caching", "engine") or the
-//              alternative in the same run ("cudaMemcpy", "cudaMallocAsync", "pytorch", ...)
+//              alternative in the same run ("cudaMemcpy", "cudaMallocAsync", "pytorch", ...).
+//              The report counts as ours every method named syncmem, engine,
+//              caching or synced, alone or followed by "-..." ("syncmem-stream",
+//              "caching-expandable"); every other method is an alternative.
 //   parameter  the size ("4KiB", "1GiB") or another parameter ("64slots", "8threads")
 //
 // Figures: latency is the benchmark's real time per iteration (use manual
@@ -46,6 +49,7 @@ struct options {
 void register_transfer_suite(const options& o);
 void register_allocator_suite(const options& o);
 void register_synced_memory_suite(const options& o);
+void register_memcpy_suite(const options& o);
 void register_all(const options& o);
 
 }  // namespace syncmem::bench

@@ -47,6 +47,10 @@ struct device_state {
   std::atomic<std::size_t> used{0};
   std::mutex streams_mutex;
   std::unordered_set<worker_stream*> streams;
+  // Held shared while synchronize_device waits on the streams it listed, and
+  // exclusively by destroy_stream to unlist one, so that no stream is deleted
+  // while another thread's device synchronization still uses it.
+  std::shared_mutex streams_in_use;
   std::once_flag default_stream_once;
   worker_stream* default_stream = nullptr;  // never destroyed
   std::once_flag peers_once;
@@ -164,14 +168,15 @@ class backend_impl final : public backend {
 
   void synchronize_device(int index) override {
     auto& d = device(index);
+    // Another thread may destroy one of its own streams meanwhile (a free on
+    // this device synchronizes it from any thread): keep them alive until done.
+    std::shared_lock in_use{d.streams_in_use};
     std::vector<worker_stream*> streams;
     {
       std::lock_guard lock{d.streams_mutex};
       streams.assign(d.streams.begin(), d.streams.end());
       if (d.default_stream != nullptr) streams.push_back(d.default_stream);
     }
-    // A stream is destroyed only by its owner, who cannot be destroying it
-    // while also synchronizing the device it uses: the pointers stay valid.
     for (auto* s : streams) s->synchronize();
   }
 
@@ -278,7 +283,8 @@ class backend_impl final : public backend {
     auto* s = reinterpret_cast<worker_stream*>(handle);
     auto& d = device(index);
     {
-      std::lock_guard lock{d.streams_mutex};
+      const std::unique_lock no_synchronization{d.streams_in_use};
+      const std::lock_guard lock{d.streams_mutex};
       d.streams.erase(s);
     }
     delete s;  // runs what is queued first

@@ -4,11 +4,14 @@
 #include <exception>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
+#include "bench_command.hpp"
+#include "files.hpp"
 #include "info.hpp"
 #include "syncmem/version.hpp"
+#include "view_command.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"syncmem: host/device memory that synchronises itself, measured and shown", "syncmem"};
@@ -17,6 +20,10 @@ int main(int argc, char** argv) {
 
   syncmem::tool::info_options info;
   syncmem::tool::add_info_command(app, info);
+  syncmem::tool::bench_options bench;
+  syncmem::tool::add_bench_command(app, bench);
+  syncmem::tool::view_options view;
+  syncmem::tool::add_view_command(app, view);
 
   // CLI11 reports an unknown command as a missing one; name it instead.
   auto is_command = [&app](const std::string& name) {
@@ -46,6 +53,11 @@ int main(int argc, char** argv) {
 
   try {
     if (app.got_subcommand("info")) return syncmem::tool::run_info(info);
+    if (app.got_subcommand("bench")) return syncmem::tool::run_bench(bench);
+    if (app.got_subcommand("view")) return syncmem::tool::run_view(view);
+  } catch (const syncmem::tool::input_error& e) {
+    fmt::print(stderr, "syncmem: {}\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "syncmem: {}\n", e.what());
     return 1;

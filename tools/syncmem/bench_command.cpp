@@ -1,0 +1,73 @@
+#include "bench_command.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "bench_runner.hpp"
+#include "files.hpp"
+#include "json_input.hpp"
+#include "report_html.hpp"
+#include "report_json.hpp"
+#include "report_table.hpp"
+
+namespace syncmem::tool {
+
+void add_bench_command(CLI::App& app, bench_options& options) {
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Measure transfers, allocators and synced memory beside the alternatives (cudaMemcpy, cudaMalloc, "
+      "cudaMallocAsync, PyTorch's allocator) and report: a table, --json, --html");
+  auto* quick = cmd->add_flag("--quick", options.quick, "Fewer sizes and shorter measurements (under 30 s)");
+  auto* filter = cmd->add_option("--filter", options.filter,
+                                 "Run only the benchmarks whose name matches REGEX, e.g. '^alloc/' or 'h2d'")
+                     ->type_name("REGEX");
+  cmd->add_option("--json", options.json_path, "Write every run, the machine and the date as JSON to FILE")
+      ->type_name("FILE");
+  cmd->add_option("--html", options.html_path,
+                  "Write a self-contained HTML page with plots and the machine description to FILE")
+      ->type_name("FILE");
+  auto* from = cmd->add_option("--from", options.from_path,
+                               "Measure nothing: read results saved with --json and report them again")
+                   ->type_name("FILE");
+  auto* list = cmd->add_flag("--list", options.list, "Print the names of the benchmarks that would run, and exit");
+  from->excludes(quick)->excludes(filter)->excludes(list);
+}
+
+int run_bench(const bench_options& options) {
+  if (!options.json_path.empty()) check_writable(options.json_path, "--json");
+  if (!options.html_path.empty()) check_writable(options.html_path, "--html");
+  bench_request request{options.quick, options.filter.empty() ? std::string{"."} : options.filter};
+
+  if (options.list) {
+    for (const auto& name : list_benchmarks(request)) fmt::print("{}\n", name);
+    return 0;
+  }
+
+  bench_results results;
+  if (!options.from_path.empty()) {
+    results =
+        results_from_json(parse_json(read_file(options.from_path, "results"), options.from_path), options.from_path);
+  } else {
+    results = run_benchmarks(request);
+  }
+
+  fmt::print("\n{}", render_table(results));
+  if (!options.json_path.empty()) {
+    write_file(options.json_path, to_json(results).dump(2) + "\n");
+    fmt::print("Wrote {}\n", options.json_path);
+  }
+  if (!options.html_path.empty()) {
+    write_file(options.html_path, render_html(results));
+    fmt::print("Wrote {}\n", options.html_path);
+  }
+  const auto failed =
+      std::count_if(results.runs.begin(), results.runs.end(), [](const bench_run& r) { return !r.error.empty(); });
+  if (failed > 0 && options.from_path.empty()) {
+    fmt::print(stderr, "syncmem bench: {} benchmark run{} failed (listed above)\n", failed, failed == 1 ? "" : "s");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace syncmem::tool

@@ -1,0 +1,297 @@
+#include "bench_runner.hpp"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "bench.hpp"
+#include "files.hpp"
+#include "machine.hpp"
+#include "report_format.hpp"
+#include "syncmem/device_id.hpp"
+
+namespace syncmem::tool {
+namespace {
+
+using report_run = benchmark::BenchmarkReporter::Run;
+
+// A listed name without the parts Google Benchmark appends ("/min_time:0.010",
+// "/real_time", "/threads:8", ...), as the runs are named.
+std::string without_settings(const std::string& listed) {
+  static constexpr std::string_view settings[] = {"min_time:", "min_warmup_time:", "iterations:", "repeats:",
+                                                  "threads:",  "real_time",        "manual_time", "process_time"};
+  std::string name = listed;
+  for (;;) {
+    const auto slash = name.rfind('/');
+    if (slash == std::string::npos) return name;
+    const std::string_view last{name.data() + slash + 1, name.size() - slash - 1};
+    const bool setting = std::any_of(std::begin(settings), std::end(settings),
+                                     [last](std::string_view s) { return last.starts_with(s); });
+    if (!setting) return name;
+    name.resize(slash);
+  }
+}
+
+std::size_t terminal_columns() {
+  winsize size{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 20) return size.ws_col;
+  return 80;
+}
+
+// The suites register once per process; the options say where they run.
+const bench::options& registered_suites(bool quick) {
+  static const bench::options options = [quick] {
+    auto o = bench::default_options(quick);
+    bench::register_all(o);
+    return o;
+  }();
+  return options;
+}
+
+// Google Benchmark takes its settings as command-line flags only.
+void set_flags(const bench::options& o, bool list_only) {
+  // Google Benchmark 1.8 wants a unit on the minimum time; 1.7 wants a plain number.
+#if SYNCMEM_BENCHMARK_VERSION_MAJOR > 1 || \
+    (SYNCMEM_BENCHMARK_VERSION_MAJOR == 1 && SYNCMEM_BENCHMARK_VERSION_MINOR >= 8)
+  std::string min_time = fmt::format("--benchmark_min_time={}s", o.min_time());
+#else
+  std::string min_time = fmt::format("--benchmark_min_time={}", o.min_time());
+#endif
+  // Google Benchmark keeps a pointer to argv[0].
+  static std::string program = "syncmem bench";
+  std::string list = fmt::format("--benchmark_list_tests={}", list_only ? "true" : "false");
+  std::vector<char*> argv{program.data(), min_time.data(), list.data(), nullptr};
+  int argc = 3;
+  benchmark::Initialize(&argc, argv.data());
+}
+
+// Why a run did not produce figures ("" when it did), in Google Benchmark 1.7
+// (error_occurred) and 1.8 and later (skipped), and whether it was skipped on
+// purpose rather than failed.
+template <class R>
+std::string run_error(const R& r) {
+  if constexpr (requires { r.error_occurred; }) {
+    return r.error_occurred ? (r.error_message.empty() ? std::string{"failed"} : r.error_message) : std::string{};
+  } else {
+    return r.skipped ? (r.skip_message.empty() ? std::string{"skipped"} : r.skip_message) : std::string{};
+  }
+}
+
+template <class R>
+bool skipped_on_purpose(const R& r) {
+  if constexpr (requires { r.error_occurred; }) {
+    return false;
+  } else {
+    return static_cast<int>(r.skipped) == 1;  // benchmark::internal::SkippedWithMessage
+  }
+}
+
+bench_run convert(const report_run& r) {
+  bench_run out;
+  std::string base = r.run_name.function_name;
+  if (!r.run_name.args.empty()) base += "/" + r.run_name.args;
+  out.name = base;  // without Google Benchmark's suffixes (min_time:, real_time, threads:)
+  const bench_name parts = parse_bench_name(base);
+  out.suite = parts.suite;
+  out.case_name = parts.case_name;
+  out.method = parts.method;
+  out.parameter = parts.parameter;
+  out.bytes = parse_size(out.parameter);
+  out.ours = is_our_method(out.method);
+  out.iterations = static_cast<std::int64_t>(r.iterations);
+  out.threads = r.threads;
+  out.error = run_error(r);
+  out.label = r.report_label;
+  if (r.iterations > 0) {
+    out.real_time_ns = r.real_accumulated_time * 1e9 / static_cast<double>(r.iterations);
+    out.cpu_time_ns = r.cpu_accumulated_time * 1e9 / static_cast<double>(r.iterations);
+  }
+  for (const auto& [name, counter] : r.counters) {
+    if (name == "bytes_per_second") {
+      out.bytes_per_second = counter.value;
+    } else if (name == "items_per_second") {
+      out.items_per_second = counter.value;
+    } else {
+      out.counters[name] = counter.value;
+    }
+  }
+  return out;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+// Keeps every run and shows progress: a bar redrawn in place on a terminal,
+// one line per benchmark otherwise.
+class progress_reporter final : public benchmark::BenchmarkReporter {
+ public:
+  progress_reporter(std::vector<std::string> names, bench_results& results)
+      : names_{std::move(names)}, results_{results}, tty_{::isatty(STDOUT_FILENO) == 1} {}
+
+  bool ReportContext(const Context& context) override {
+    const auto& cpu = context.cpu_info;
+    results_.context = {{"cpus", cpu.num_cpus},
+                        {"mhz_per_cpu", static_cast<long long>(cpu.cycles_per_second / 1e6)},
+                        {"cpu_scaling_enabled", cpu.scaling == benchmark::CPUInfo::ENABLED},
+                        {"load_avg", cpu.load_avg}};
+    draw();
+    return true;
+  }
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::set<std::string> finished;
+    for (const auto& r : runs) {
+      if (r.run_type == Run::RT_Aggregate) continue;
+      finished.insert(r.benchmark_name());
+      if (skipped_on_purpose(r)) {
+        skipped_.push_back(fmt::format("{}: {}", r.benchmark_name(), run_error(r)));
+        continue;
+      }
+      results_.runs.push_back(convert(r));
+      if (!tty_) print_line(results_.runs.back());
+    }
+    done_ += finished.size();
+    draw();
+  }
+
+  void Finalize() override {
+    if (tty_) {
+      fmt::print("\r\x1b[2K");
+      std::fflush(stdout);
+    }
+  }
+
+  [[nodiscard]] const std::vector<std::string>& skipped() const noexcept { return skipped_; }
+  [[nodiscard]] std::string running() const {
+    return done_ < names_.size() ? names_[done_] : std::string{"a benchmark"};
+  }
+
+ private:
+  void print_line(const bench_run& r) const {
+    std::string figures;
+    if (!r.error.empty()) {
+      figures = "failed: " + r.error;
+    } else {
+      figures = format_time(r.real_time_ns);
+      if (r.bytes_per_second) figures += ", " + format_bandwidth(*r.bytes_per_second);
+      for (const auto& [k, v] : r.counters) figures += fmt::format(", {} {}", k, three_digits(v));
+    }
+    fmt::print("[{}/{}] {}: {}\n", done_ + 1, names_.size(), r.name, figures);
+    std::fflush(stdout);
+  }
+
+  void draw() const {
+    if (!tty_) return;
+    constexpr std::size_t bar = 30;
+    const std::size_t total = std::max<std::size_t>(names_.size(), 1);
+    const std::size_t filled = std::min(bar, done_ * bar / total);
+    const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::string line = fmt::format("[{}{}] {}/{} {:.0f} s", std::string(filled, '#'), std::string(bar - filled, '.'),
+                                   done_, names_.size(), elapsed);
+    if (done_ < names_.size()) line += "  " + names_[done_];
+    // One line that never wraps, so that \r goes back to its start.
+    const std::size_t columns = terminal_columns() - 1;
+    if (line.size() > columns) line.resize(columns);
+    fmt::print("\r\x1b[2K{}", line);
+    std::fflush(stdout);
+  }
+
+  std::vector<std::string> names_;
+  bench_results& results_;
+  std::vector<std::string> skipped_;
+  std::size_t done_ = 0;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// Collects what Google Benchmark prints in a listing pass, and its complaints.
+class listing_reporter final : public benchmark::BenchmarkReporter {
+ public:
+  listing_reporter() {
+    SetOutputStream(&out_);
+    SetErrorStream(&err_);
+  }
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+  [[nodiscard]] std::string output() const { return out_.str(); }
+  [[nodiscard]] std::string errors() const { return err_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::ostringstream err_;
+};
+
+}  // namespace
+
+bool benchmarks_built() noexcept { return true; }
+
+std::vector<std::string> list_benchmarks(const bench_request& request) {
+  const auto& o = registered_suites(request.quick);
+  set_flags(o, true);
+  listing_reporter listing;
+  const std::string spec = request.filter.empty() ? std::string{"."} : request.filter;
+  const std::size_t count = benchmark::RunSpecifiedBenchmarks(&listing, spec);
+  if (count == 0) {
+    std::string why = listing.errors();
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    if (why.empty() || why.starts_with("Failed to match")) {
+      throw input_error{fmt::format("--filter '{}' matches no benchmark (see `syncmem bench --list`)", spec)};
+    }
+    throw input_error{fmt::format("--filter '{}': {}", spec, why)};
+  }
+  std::vector<std::string> names;
+  std::istringstream lines{listing.output()};
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) names.push_back(without_settings(line));
+  }
+  return names;
+}
+
+bench_results run_benchmarks(const bench_request& request) {
+  auto names = list_benchmarks(request);
+  const auto& o = registered_suites(request.quick);
+  bench_results results;
+  results.date = utc_now();
+  results.quick = request.quick;
+  results.filter = request.filter.empty() ? std::string{"."} : request.filter;
+  results.gpu = o.gpu();
+  for (const auto& d : o.devices) results.devices.push_back(to_string(d));
+  results.machine = describe_machine();  // after the suites enabled any emulated device they run on
+
+  fmt::print("syncmem bench: {} benchmark{} on {}{}\n", names.size(), names.size() == 1 ? "" : "s",
+             fmt::join(results.devices, ", "), results.gpu ? "" : " (no GPU: the figures will not be GPU figures)");
+  std::fflush(stdout);
+  set_flags(o, false);
+  progress_reporter progress{std::move(names), results};
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    benchmark::RunSpecifiedBenchmarks(&progress, results.filter);
+  } catch (const std::exception& e) {
+    // A suite should turn its failures into SkipWithError; name the one that did not.
+    progress.Finalize();
+    throw std::runtime_error{fmt::format("{} threw: {}", progress.running(), e.what())};
+  }
+  results.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  benchmark::Shutdown();
+  for (const auto& s : progress.skipped()) fmt::print("skipped {}\n", s);
+  return results;
+}
+
+}  // namespace syncmem::tool

@@ -1,0 +1,54 @@
+#include "files.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace syncmem::tool {
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw input_error{fmt::format("cannot read {} '{}': it is a folder", what, path)};
+  std::ifstream in{path, std::ios::binary};
+  if (!in) throw input_error{fmt::format("cannot read {} '{}': {}", what, path, std::strerror(errno))};
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw input_error{fmt::format("cannot read {} '{}': {}", what, path, std::strerror(errno))};
+  return std::move(text).str();
+}
+
+void check_writable(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p{path};
+  if (path.empty()) throw input_error{fmt::format("{}: the file name is empty", option)};
+  if (fs::is_directory(p, ec)) throw input_error{fmt::format("{} '{}': that is a folder, not a file", option, path)};
+  const fs::path folder = p.has_parent_path() ? p.parent_path() : fs::path{"."};
+  if (!fs::is_directory(folder, ec)) {
+    throw input_error{fmt::format("{} '{}': the folder '{}' does not exist", option, path, folder.string())};
+  }
+  if (::access(folder.c_str(), W_OK) != 0) {
+    throw input_error{
+        fmt::format("{} '{}': cannot write in '{}': {}", option, path, folder.string(), std::strerror(errno))};
+  }
+  if (fs::exists(p, ec) && ::access(p.c_str(), W_OK) != 0) {
+    throw input_error{fmt::format("{} '{}': {}", option, path, std::strerror(errno))};
+  }
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out{path, std::ios::binary | std::ios::trunc};
+  if (!out) throw input_error{fmt::format("cannot write '{}': {}", path, std::strerror(errno))};
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.close();
+  if (!out) throw input_error{fmt::format("cannot write '{}': {}", path, std::strerror(errno))};
+}
+
+}  // namespace syncmem::tool
