@@ -525,6 +525,36 @@ TYPED_TEST(Copy, StagingBlocksAreReusedOnlyAfterTheirCopies) {
   EXPECT_EQ(staging_resource(this->kind).statistics().bytes_in_use, 0U);
 }
 
+// Once a staged copy is ready, its staging buffers are ready for the next one:
+// back-to-back copies pin nothing new.
+TYPED_TEST(Copy, AWaitedCopyLeavesItsStagingBuffersReady) {
+  scoped_emulated_delay delay{std::chrono::microseconds{1000}};
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = 64 * KiB;
+  o.max_chunk = 256 * KiB;
+  stream s{this->dev()};
+  const std::size_t n = 1 * MiB + 5;
+  test_buffer d{mem::device, this->kind, n};
+  test_buffer h{mem::pageable, this->kind, n};
+  for (const mem other : {mem::pageable, mem::other_device}) {
+    if (!this->has(other)) continue;
+    test_buffer far{other, this->kind, n};
+    auto run = [&] {
+      if (other == mem::pageable) {
+        copy(d.data(), h.data(), n, s, o);
+      } else {
+        o.peer_access = false;
+        copy(far.data(), d.data(), n, s, o);
+      }
+    };
+    run();
+    const auto misses = staging_resource(this->kind).statistics().misses;
+    for (int i = 0; i < 3; ++i) run();
+    EXPECT_EQ(staging_resource(this->kind).statistics().misses, misses) << name(other);
+  }
+}
+
 TYPED_TEST(Copy, ManyThreadsCopyAtOnce) {
   scoped_emulated_delay delay{std::chrono::microseconds{30}};
   constexpr int threads = 6;

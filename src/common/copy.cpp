@@ -278,12 +278,8 @@ class staging_ring {
   staging_ring& operator=(const staging_ring&) = delete;
 
   std::byte* operator[](std::size_t i) const { return buffers_[i]; }
-  std::size_t size() const { return buffers_.size(); }
   // Every device use of the buffers has completed: no event needed on free.
   void all_device_work_done() noexcept { host_only_ = true; }
-  void also_used_on(stream_view other) {
-    for (auto* b : buffers_) resource_->record_stream(b, other);
-  }
 
  private:
   mr::caching_pinned_resource* resource_;
@@ -365,17 +361,20 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   std::size_t largest = 0;
   const auto chunks = plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
-  staging_ring ring{s.device().kind(), count, largest, s};
+  std::optional<staging_ring> ring{std::in_place, s.device().kind(), count, largest, s};
   event_slots sent{count};
   auto& pool = host_copy_pool::instance();
   const int threads = threads_of(o);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const std::size_t k = i % count;
     if (sent.recorded(k)) sent[k].synchronize();  // the buffer's previous chunk has left
-    pool.copy(ring[k], src + chunks[i].offset, chunks[i].bytes, threads);
-    enqueue_copy(dst + chunks[i].offset, ring[k], chunks[i].bytes, s);
+    pool.copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, threads);
+    enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, s);
     sent.record(k, s);
   }
+  // Freed before the transfer's event is recorded, so that once the transfer
+  // is ready the cache finds the buffers' events complete and reuses them.
+  ring.reset();
   return detail::transfer_access::make(done_after(s), copy_path::staged_to_device);
 }
 
@@ -419,8 +418,9 @@ transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_
   std::size_t largest = 0;
   const auto chunks = plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
-  staging_ring ring{s.device().kind(), count, largest, s};
-  ring.also_used_on(down == s ? up : down);
+  // Freed with `s` alone: every use of the buffers on the other stream comes
+  // before an event that `s` waits for (the last upload, or each download).
+  std::optional<staging_ring> ring{std::in_place, s.device().kind(), count, largest, s};
   event_slots before{1};
   event_slots landed{count};
   event_slots uploaded{count};
@@ -431,13 +431,14 @@ transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const std::size_t k = i % count;
     if (uploaded.recorded(k)) wait_across(down, uploaded[k]);  // the buffer's previous chunk went up
-    enqueue_copy(ring[k], src + chunks[i].offset, chunks[i].bytes, down);
+    enqueue_copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, down);
     landed.record(k, down);
     wait_across(up, landed[k]);
-    enqueue_copy(dst + chunks[i].offset, ring[k], chunks[i].bytes, up);
+    enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, up);
     uploaded.record(k, up);
   }
   if (up != s) wait_across(s, uploaded[(chunks.size() - 1) % count]);  // (b)
+  ring.reset();  // before the transfer's event, as in staged_to_device
   return detail::transfer_access::make(done_after(s), copy_path::peer_staged);
 }
 

@@ -69,9 +69,10 @@ struct caching_pinned_statistics {
 /// class of a request.
 ///
 /// Fast path: a request whose class has a ready block takes a lock and pops
-/// it, with no CUDA call; a deallocate records one event per stream of use
-/// (cudaEventRecord); deallocate_host_only records none. The optional up-front
-/// reserve pins blocks when the resource is made.
+/// it, with no CUDA call; a deallocate asks each stream of use whether it has
+/// drained (cudaStreamQuery) and records an event (cudaEventRecord) only on
+/// those that have not; deallocate_host_only asks nothing. The optional
+/// up-front reserve pins blocks when the resource is made.
 ///
 /// When pinning fails, the cached free blocks are unpinned and pinning is
 /// tried once more; if it fails again the request is served with pageable

@@ -140,6 +140,9 @@ struct caching_pinned_resource::state {
               std::vector<block*>& doomed) noexcept {
     for (const stream_view s : streams) {
       try {
+        // A stream with nothing left to run holds no use of the block: one
+        // query now saves an event, and the block is ready at once.
+        if (s.ready()) continue;
         event e = detail::event_pool::instance().acquire(s.device());
         e.record(s);
         pending[{s.device(), s.native_handle()}].push_back({std::move(e), b});
