@@ -201,13 +201,15 @@ void run_peer(benchmark::State& state, device_id from, device_id to, std::size_t
     const stream_view s = own;
     stopwatch watch{s};
     auto once = [&] {
+      if (method == "engine") {
+        (void)copy_async(b, a, n, s);
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
-      if (method == "cudaMemcpyPeerAsync") {
+      } else if (method == "cudaMemcpyPeerAsync") {
         SYNCMEM_CUDA_TRY(cudaMemcpyPeerAsync(b, to.index(), a, from.index(), n, cuda::native(s)));
-        return;
-      }
 #endif
-      (void)copy_async(b, a, n, s);
+      } else {
+        backend_copy(b, a, n, s);
+      }
     };
     once();
     s.synchronize();
