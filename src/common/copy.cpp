@@ -263,7 +263,14 @@ class staging_ring {
   staging_ring(device_kind backend, std::size_t count, std::size_t bytes, stream_view s)
       : resource_{&staging_resource(backend)}, bytes_{bytes}, stream_{s} {
     buffers_.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) buffers_.push_back(static_cast<std::byte*>(resource_->allocate(bytes, s)));
+    try {
+      for (std::size_t i = 0; i < count; ++i) {
+        buffers_.push_back(static_cast<std::byte*>(resource_->allocate(bytes, s)));
+      }
+    } catch (...) {
+      for (auto* b : buffers_) resource_->deallocate_host_only(b, bytes_);  // not used yet
+      throw;
+    }
   }
   ~staging_ring() {
     for (auto* b : buffers_) {

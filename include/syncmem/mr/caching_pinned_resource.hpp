@@ -88,6 +88,7 @@ class caching_pinned_resource final : public memory_resource {
  public:
   /// @brief A cache in front of a pinned_resource of `backend` made with `options.flags`.
   /// @throws syncmem::unsupported_error when `backend` has no devices
+  /// @throws syncmem::out_of_memory when the up-front reserve cannot be pinned
   explicit caching_pinned_resource(device_kind backend, caching_pinned_options options = {});
   /// @brief A cache in front of `upstream`, which must hand out pinned host
   /// memory and outlive this resource.
@@ -131,6 +132,7 @@ class caching_pinned_resource final : public memory_resource {
  private:
   struct state;  // src/common/mr/caching_pinned_resource.cpp
 
+  void reserve_up_front();
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept override;
 

@@ -190,7 +190,7 @@ caching_pinned_resource::caching_pinned_resource(device_kind backend, caching_pi
       upstream_{owned_upstream_.get()},
       options_{options},
       state_{std::make_unique<state>(home_device_of(backend))} {
-  if (options_.reserve_blocks > 0) reserve(options_.reserve_block_bytes, options_.reserve_blocks);
+  reserve_up_front();
 }
 
 caching_pinned_resource::caching_pinned_resource(memory_resource& upstream, caching_pinned_options options)
@@ -203,7 +203,17 @@ caching_pinned_resource::caching_pinned_resource(memory_resource& upstream, cach
                   fmt::format("caching_pinned_resource: the upstream {} aligns to at most {} bytes; blocks need {}",
                               upstream.name(), upstream.max_alignment(), page));
   state_ = std::make_unique<state>(current_device());
-  if (options_.reserve_blocks > 0) reserve(options_.reserve_block_bytes, options_.reserve_blocks);
+  reserve_up_front();
+}
+
+void caching_pinned_resource::reserve_up_front() {
+  if (options_.reserve_blocks == 0) return;
+  try {
+    reserve(options_.reserve_block_bytes, options_.reserve_blocks);
+  } catch (...) {
+    trim();  // the destructor will not run: unpin what was reserved
+    throw;
+  }
 }
 
 caching_pinned_resource::~caching_pinned_resource() {
