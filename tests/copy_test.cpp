@@ -519,8 +519,8 @@ TYPED_TEST(Copy, StagingBlocksAreReusedOnlyAfterTheirCopies) {
     (void)copy_async(d->data(), bytes.data(), n, s, o);  // the source is read before this returns
     copies.push_back({std::move(d), std::move(bytes)});
   }
-  for (auto& c : copies) EXPECT_TRUE(same_bytes(c.d->read(), c.bytes));
   for (auto& s : streams) s->synchronize();
+  for (auto& c : copies) EXPECT_TRUE(same_bytes(c.d->read(), c.bytes));
   EXPECT_GT(staging_resource(this->kind).statistics().hits, hits_before);
   EXPECT_EQ(staging_resource(this->kind).statistics().bytes_in_use, 0U);
 }
