@@ -85,6 +85,26 @@ TYPED_TEST(Events, StreamWaitOrdersWorkAcrossStreams) {
   }
 }
 
+// A wait captures the record of that moment: recording the event again on an
+// idle stream must not release a stream already waiting for the first record.
+TYPED_TEST(Events, AWaitHoldsOnToTheRecordItSaw) {
+  stream slow{this->dev()};
+  stream waiting{this->dev()};
+  stream idle{this->dev()};
+  event e{this->dev()};
+  std::atomic<bool> slow_done{false};
+  test::device_sleep(slow, std::chrono::milliseconds{100});
+  slow.launch_host_func([&slow_done] { slow_done = true; });
+  e.record(slow);
+  waiting.wait(e);
+  e.record(idle);  // completes at once
+  std::atomic<bool> saw_slow_done{false};
+  waiting.launch_host_func([&] { saw_slow_done = slow_done.load(); });
+  waiting.synchronize();
+  EXPECT_TRUE(saw_slow_done.load());
+  slow.synchronize();
+}
+
 TYPED_TEST(Events, WaitingOnANeverRecordedEventDoesNotBlock) {
   stream s{this->dev()};
   event e{this->dev()};

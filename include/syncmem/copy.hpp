@@ -1,41 +1,187 @@
 #pragma once
 
 /// @file copy.hpp
-/// @brief Copies between any two kinds of memory, ordered on a stream.
-/// (Interim: every copy is one backend memcpy; the transfer engine replaces it.)
+/// @brief The transfer engine: one copy for every pair of pageable host,
+/// pinned host, device and another device's memory, at the speed of the bus.
+///
+/// The engine looks at each pointer itself (get_pointer_attributes) and picks
+/// a path (copy_path):
+///
+/// | source → destination                       | path               |
+/// |--------------------------------------------|--------------------|
+/// | host ↔ host (pageable or pinned)           | host_memcpy        |
+/// | pinned ↔ device, device → same device, managed | dma            |
+/// | pageable ↔ device, up to direct_threshold  | dma (the backend's own copy) |
+/// | pageable → device, larger                  | staged_to_device   |
+/// | device → pageable, larger                  | staged_to_host     |
+/// | device → another device, peer access       | peer_dma           |
+/// | device → another device, no peer access    | peer_staged        |
+///
+/// Pinned memory is memory the backend of `stream` has page-locked:
+/// cudaHostAlloc, caching_pinned_resource, registered_memory (or an emulated
+/// backend's own pinned memory, for emulated streams).
+///
+/// ## Which stream
+/// `stream` must belong to a device whose memory the copy touches: the device
+/// of device memory on either side (for a copy between two devices, either
+/// one). A copy between host memory alone may use a stream of any device.
+/// A stream of a device the copy does not involve, or device memory of two
+/// backends (CUDA and emulated), is a syncmem::logic_error / unsupported_error.
+///
+/// ## What every path guarantees
+/// (a) The copy reads and writes after all work enqueued on `stream` before
+///     the call (the engine's host threads wait for that work where they touch
+///     the memory themselves).
+/// (b) Work enqueued on `stream` after copy_async returns is ordered after
+///     every device-side access of the copy: DMA reads of a device source and
+///     writes to a device destination. An event recorded on `stream` right
+///     after the call therefore covers the device side, and a kernel enqueued
+///     next on `stream` may overwrite the source or read the destination.
+/// (c) A host destination is complete when the transfer is ready(): wait() on
+///     it, or ready() returning true, before reading it on the host.
+///
+/// ## When may the source be reused, when is the destination complete
+/// In general: host writes to the source, and host reads of the destination,
+/// after the transfer is ready; device-side work on `stream`, at once (b).
+/// Paths that finish more at return:
+///
+/// | path             | source (host writes)   | destination complete          |
+/// |------------------|------------------------|-------------------------------|
+/// | host_memcpy      | at return              | at return (ready at once)     |
+/// | dma, pinned side | when ready             | device: for `stream` at once, elsewhere when ready; pinned: when ready |
+/// | dma, pageable source ≤ threshold | when ready | device: for `stream` at once, elsewhere when ready |
+/// | dma, pageable destination ≤ threshold | device source: at once | at return (ready at once) |
+/// | staged_to_device | at return (read during the call) | for `stream` at once, elsewhere when ready |
+/// | staged_to_host   | device source: at once | at return (ready at once)    |
+/// | peer_dma / peer_staged | device source: at once | for `stream` at once, elsewhere when ready |
+///
+/// The staged paths work synchronously on the host: staged_to_device returns
+/// once the last chunk's DMA is enqueued (its host threads have read the whole
+/// source, after waiting for `stream`); staged_to_host returns when the copy is
+/// complete (every device-side read has then completed, which is how it keeps
+/// (b) without holding pinned memory for the whole copy). host_memcpy waits
+/// for `stream`, then copies.
+///
+/// ## Bad input
+/// Null pointers with a nonzero size, overlapping ranges, ranges that wrap the
+/// address space, and a range that runs past the end of its allocation (where
+/// the allocation is known: device memory, pinned memory) are a
+/// syncmem::logic_error naming the argument; nothing is copied. Zero bytes
+/// copy nothing and return a ready transfer, whatever the pointers.
+///
+/// ## Thread safety
+/// copy_async may be called from many threads at once. A transfer object
+/// belongs to one thread at a time.
 
 #include <cstddef>
 #include <memory>
+#include <string_view>
 
+#include "syncmem/device_id.hpp"
 #include "syncmem/stream.hpp"
 
 namespace syncmem {
 
+namespace mr {
+class caching_pinned_resource;
+}
+
+namespace detail {
+struct transfer_state;
+struct transfer_access;
+}  // namespace detail
+
+/// @brief How a copy went (see the table in copy.hpp).
+enum class copy_path : unsigned char {
+  none,              ///< nothing to copy (zero bytes)
+  host_memcpy,       ///< host to host, by host threads
+  dma,               ///< one copy by the backend (cudaMemcpyAsync)
+  staged_to_device,  ///< pageable to device through pinned chunks, host copies overlapping the DMA
+  staged_to_host,    ///< device to pageable through pinned chunks, the DMA overlapping host copies
+  peer_dma,          ///< device to another device, directly (peer access)
+  peer_staged,       ///< device to another device through pinned host chunks
+};
+
+/// @brief "none", "host_memcpy", "dma", ...
+[[nodiscard]] std::string_view to_string(copy_path path) noexcept;
+
+/// @brief Tuning knobs of the engine. The defaults suit a PCIe Gen4/Gen5 GPU
+/// and a server CPU; `syncmem bench` measures the effect of changing them.
+struct copy_options {
+  /// @brief Pageable copies up to this size take the backend's own path
+  /// (cudaMemcpyAsync), larger ones are staged.
+  std::size_t direct_threshold = std::size_t{256} << 10;
+  /// @brief The first staging chunk; each next chunk doubles, up to max_chunk,
+  /// so that the pipeline starts at once and large copies pay little per chunk.
+  std::size_t min_chunk = std::size_t{256} << 10;
+  std::size_t max_chunk = std::size_t{4} << 20;
+  /// @brief Pinned buffers a staged copy cycles through (2 or more lets the
+  /// host copy of one chunk overlap the DMA of the previous ones).
+  int staging_buffers = 3;
+  /// @brief Threads that copy on the host, the calling thread included; 0:
+  /// as many as the cores, at most 8.
+  int host_threads = 0;
+  /// @brief Copy between devices directly when peer access can be enabled
+  /// (it is enabled on first use); false stages through pinned host memory.
+  bool peer_access = true;
+};
+
+/// @brief The options copy_async uses when given none.
+[[nodiscard]] copy_options get_copy_options();
+/// @brief Replaces them.
+/// @throws syncmem::logic_error for a bad value (names the field and its valid range)
+void set_copy_options(const copy_options& options);
+
+/// @brief The pinned memory the engine stages through, per backend: made on
+/// first use and never destroyed. Reserve blocks in it, read its statistics,
+/// or trim it; its blocks are of the chunk sizes (min_chunk .. max_chunk).
+/// @throws syncmem::unsupported_error when `backend` has no devices
+[[nodiscard]] mr::caching_pinned_resource& staging_resource(device_kind backend);
+
 /// @brief A copy in flight. Move-only; a default-constructed one is complete.
+///
+/// Destroying a transfer neither waits for nor cancels the copy: what remains
+/// of it is work on streams (DMA, in stream order), which completes like any
+/// other; the engine's host threads are done with the copy when copy_async
+/// returns. The staging memory it used is reused only once that work has
+/// completed.
 class transfer {
  public:
   transfer() noexcept;
   ~transfer();
-  transfer(transfer&&) noexcept;
-  transfer& operator=(transfer&&) noexcept;
+  transfer(transfer&& other) noexcept;
+  transfer& operator=(transfer&& other) noexcept;
   transfer(const transfer&) = delete;
   transfer& operator=(const transfer&) = delete;
 
-  /// @brief Whether the destination is complete.
+  /// @brief Whether the destination is complete (see copy.hpp for what
+  /// "complete" means for device memory).
+  /// @throws syncmem::cuda_error when the device reports a failure of the copy
   [[nodiscard]] bool ready() const;
   /// @brief Blocks until the destination is complete.
+  /// @throws syncmem::cuda_error when the copy failed
   void wait() const;
-
-  struct state;
+  /// @brief The path the copy took.
+  [[nodiscard]] copy_path path() const noexcept { return path_; }
 
  private:
-  friend transfer copy_async(void*, const void*, std::size_t, stream_view);
-  std::unique_ptr<state> state_;
+  friend struct detail::transfer_access;
+  std::unique_ptr<detail::transfer_state> state_;
+  copy_path path_ = copy_path::none;
 };
 
-/// @brief Copies `bytes` bytes from `src` to `dst` in order on `stream`.
+/// @brief Copies `bytes` bytes from `src` to `dst` in order on `stream`;
+/// returns at once where the path allows (see copy.hpp for each path).
+/// @throws syncmem::logic_error for bad input (nothing is copied)
+/// @throws syncmem::unsupported_error for memory of two backends
+/// @throws syncmem::cuda_error when the backend fails
 [[nodiscard]] transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view stream);
-/// @brief copy_async(...).wait().
+/// @brief The same, with options other than get_copy_options().
+[[nodiscard]] transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view stream,
+                                  const copy_options& options);
+
+/// @brief copy_async(...).wait(): when it returns the destination is complete.
 void copy(void* dst, const void* src, std::size_t bytes, stream_view stream);
+void copy(void* dst, const void* src, std::size_t bytes, stream_view stream, const copy_options& options);
 
 }  // namespace syncmem

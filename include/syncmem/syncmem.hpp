@@ -3,6 +3,7 @@
 /// @file syncmem.hpp
 /// @brief Everything public and backend-neutral (no CUDA header needed).
 
+#include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/device_id.hpp"

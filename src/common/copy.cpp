@@ -1,57 +1,570 @@
-// Interim copy: one backend memcpy per call, tracked by an event.
-
 #include "syncmem/copy.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "backend.hpp"
+#include "event_pool.hpp"
+#include "host_copy_pool.hpp"
+#include "log.hpp"
+#include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
+#include "syncmem/memory_kind.hpp"
+#include "syncmem/mr/caching_pinned_resource.hpp"
 
 namespace syncmem {
 
-struct transfer::state {
-  event done;
+namespace detail {
+
+struct transfer_state {
+  std::optional<event> done;  // recorded after the copy's last device-side access
+  transfer_state() = default;
+  transfer_state(const transfer_state&) = delete;
+  transfer_state& operator=(const transfer_state&) = delete;
+  ~transfer_state() {
+    if (done) event_pool::instance().release(std::move(*done));
+  }
 };
 
-transfer::transfer() noexcept = default;
-transfer::~transfer() {
-  try {
-    wait();
-  } catch (...) {  // NOLINT(bugprone-empty-catch)
+struct transfer_access {
+  static transfer make(std::unique_ptr<transfer_state> state, copy_path path) {
+    transfer t;
+    t.state_ = std::move(state);
+    t.path_ = path;
+    return t;
   }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::event_pool;
+using detail::host_copy_pool;
+using detail::transfer_state;
+
+// ---- engine-wide state ---------------------------------------------------------
+
+struct engine {
+  std::mutex mutex;
+  copy_options options;
+  std::map<device_id, stream*> streams;  // never destroyed: copies may run after main()
+  std::map<std::pair<device_id, device_id>, bool> peers;
+  std::array<std::once_flag, 2> staging_once;
+  std::array<mr::caching_pinned_resource*, 2> staging{};
+  bool peer_warning_given = false;
+};
+
+engine& the_engine() {
+  static auto* const e = new engine{};  // never destroyed, like what it holds
+  return *e;
 }
-transfer::transfer(transfer&&) noexcept = default;
+
+void check_options(const copy_options& o) {
+  SYNCMEM_EXPECTS(o.min_chunk >= 1, "copy_options::min_chunk is 0: it must be at least 1 byte");
+  SYNCMEM_EXPECTS(o.max_chunk >= o.min_chunk,
+                  fmt::format("copy_options::max_chunk is {}: it must be at least min_chunk ({})", o.max_chunk,
+                              o.min_chunk));
+  SYNCMEM_EXPECTS(o.staging_buffers >= 1 && o.staging_buffers <= 64,
+                  fmt::format("copy_options::staging_buffers is {}: valid range is 1..64", o.staging_buffers));
+  SYNCMEM_EXPECTS(o.host_threads >= 0 && o.host_threads <= 64,
+                  fmt::format("copy_options::host_threads is {}: valid range is 0..64 (0: automatic)",
+                              o.host_threads));
+}
+
+int threads_of(const copy_options& o) { return o.host_threads > 0 ? o.host_threads : host_copy_pool::default_threads(); }
+
+// A stream of the engine's own on `device`, for the half of a staged peer copy
+// that does not run on the caller's stream.
+stream_view engine_stream(device_id device) {
+  auto& e = the_engine();
+  std::lock_guard lock{e.mutex};
+  auto& s = e.streams[device];
+  if (s == nullptr) s = new stream{device};
+  return s->view();
+}
+
+// Whether `a` and `b` can reach each other's memory; enables peer access in
+// both directions the first time.
+bool peer_usable(device_id a, device_id b) {
+  auto& e = the_engine();
+  const auto key = std::minmax(a, b);
+  std::lock_guard lock{e.mutex};
+  if (auto it = e.peers.find(key); it != e.peers.end()) return it->second;
+  bool usable = false;
+  try {
+    auto& backend = detail::backend_for(a);
+    bool can = false;
+    {
+      device_guard guard{a};
+      can = backend.can_access_peer(a.index(), b.index());
+    }
+    if (can) {
+      device_guard guard{b};
+      can = backend.can_access_peer(b.index(), a.index());
+    }
+    if (can) {
+      {
+        device_guard guard{a};
+        backend.enable_peer_access(a.index(), b.index());
+      }
+      {
+        device_guard guard{b};
+        backend.enable_peer_access(b.index(), a.index());
+      }
+      usable = true;
+    }
+  } catch (const std::exception& ex) {
+    if (!e.peer_warning_given) {
+      e.peer_warning_given = true;
+      detail::logger().warn("peer access between {} and {} could not be enabled ({}); copies between them are "
+                            "staged through pinned host memory",
+                            to_string(a), to_string(b), ex.what());
+    }
+    usable = false;
+  }
+  e.peers.emplace(key, usable);
+  return usable;
+}
+
+// ---- what a pointer is -------------------------------------------------------------
+
+struct side {
+  memory_kind kind = memory_kind::pageable_host;
+  std::optional<device_id> device;  // of device memory
+  const void* base = nullptr;       // the allocation, when known
+  std::size_t size = 0;
+};
+
+// The kind of `p` as the backend of the copy's stream sees it: memory the
+// emulated backend pinned is pageable to CUDA.
+side classify(const void* p, device_kind backend) {
+  if (auto e = detail::emulated_backend().pointer_info(p)) {
+    if (e->kind == memory_kind::device) return {memory_kind::device, e->device, e->base, e->size};
+    if (backend == device_kind::emulated) return {memory_kind::pinned_host, std::nullopt, e->base, e->size};
+    return {memory_kind::pageable_host, std::nullopt, e->base, e->size};
+  }
+  if (device_count(device_kind::cuda) > 0) {
+    if (auto c = detail::cuda_backend().pointer_info(p)) {
+      return {c->kind, c->kind == memory_kind::device ? c->device : std::nullopt, c->base, c->size};
+    }
+  }
+  return {};
+}
+
+std::string describe(const side& s) {
+  if (s.kind == memory_kind::device) return fmt::format("device memory of {}", to_string(*s.device));
+  return fmt::format("{} memory", to_string(s.kind));
+}
+
+bool is_host(const side& s) { return s.kind == memory_kind::pageable_host || s.kind == memory_kind::pinned_host; }
+
+void check_extent(const void* p, std::size_t bytes, const side& s, const char* which) {
+  if (s.size == 0) return;
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  const auto base = reinterpret_cast<std::uintptr_t>(s.base);
+  const std::size_t available = base + s.size - address;
+  SYNCMEM_EXPECTS(bytes <= available,
+                  fmt::format("copy_async: the {} range [{}, +{}) runs {} bytes past the end of its allocation "
+                              "({}, [{}, +{}))",
+                              which, p, bytes, bytes - available, describe(s), s.base, s.size));
+}
+
+void check_stream(stream_view stream, const side& dst, const side& src) {
+  const device_id sd = stream.device();
+  check_device(sd);
+  std::vector<device_id> involved;
+  if (src.device) involved.push_back(*src.device);
+  if (dst.device) involved.push_back(*dst.device);
+  for (const device_id d : involved) {
+    if (d.kind() != sd.kind()) {
+      SYNCMEM_UNSUPPORTED(fmt::format("copy_async: the copy involves {} and a stream of {}; copies between "
+                                      "memory of two backends (CUDA and emulated) are not supported",
+                                      to_string(d), to_string(sd)));
+    }
+  }
+  if ((src.kind == memory_kind::managed || dst.kind == memory_kind::managed) && sd.kind() != device_kind::cuda) {
+    SYNCMEM_FAIL(fmt::format("copy_async: managed memory needs a stream of a CUDA device, not {}", to_string(sd)));
+  }
+  if (involved.empty()) return;  // host memory alone: any device's stream
+  if (std::find(involved.begin(), involved.end(), sd) != involved.end()) return;
+  SYNCMEM_FAIL(fmt::format("copy_async: the stream belongs to {}, but the copy is from {} to {}; use a stream of {}",
+                           to_string(sd), describe(src), describe(dst),
+                           involved.size() == 2 && involved[0] != involved[1]
+                               ? fmt::format("{} or {}", to_string(involved[0]), to_string(involved[1]))
+                               : to_string(involved[0])));
+}
+
+// ---- building blocks -----------------------------------------------------------------
+
+void enqueue_copy(void* dst, const void* src, std::size_t bytes, stream_view s) {
+  device_guard guard{s.device()};
+  detail::backend_for(s.device()).memcpy_async(dst, src, bytes, s.device().index(), s.native_handle());
+}
+
+// Makes work enqueued later on `s` wait for `e`, which may belong to another
+// device of the same backend (CUDA allows that; stream_view::wait does not).
+void wait_across(stream_view s, const event& e) {
+  device_guard guard{s.device()};
+  detail::backend_for(s.device()).stream_wait_event(s.device().index(), s.native_handle(), e.native_handle());
+}
+
+event record_on(stream_view s) {
+  event e = event_pool::instance().acquire(s.device());
+  e.record(s);
+  return e;
+}
+
+std::unique_ptr<transfer_state> done_after(stream_view s) {
+  auto state = std::make_unique<transfer_state>();
+  state->done = record_on(s);
+  return state;
+}
+
+// Host threads are about to touch memory that earlier work on `s` may use.
+void wait_for(stream_view s) {
+  if (!s.ready()) s.synchronize();
+}
+
+struct chunk {
+  std::size_t offset;
+  std::size_t bytes;
+};
+
+// Chunks that start at min_chunk and double up to max_chunk.
+std::vector<chunk> plan_chunks(std::size_t bytes, const copy_options& o, std::size_t& largest) {
+  std::vector<chunk> chunks;
+  largest = 0;
+  std::size_t next = o.min_chunk;
+  for (std::size_t offset = 0; offset < bytes;) {
+    const std::size_t n = std::min(next, bytes - offset);
+    chunks.push_back({offset, n});
+    largest = std::max(largest, n);
+    offset += n;
+    next = next > o.max_chunk / 2 ? o.max_chunk : next * 2;
+  }
+  return chunks;
+}
+
+// Pinned buffers from the staging cache for one copy; freed with the copy's
+// stream, so that the cache reuses them only after the copy's DMAs.
+class staging_ring {
+ public:
+  staging_ring(device_kind backend, std::size_t count, std::size_t bytes, stream_view s)
+      : resource_{&staging_resource(backend)}, bytes_{bytes}, stream_{s} {
+    buffers_.reserve(count);
+    try {
+      for (std::size_t i = 0; i < count; ++i) {
+        buffers_.push_back(static_cast<std::byte*>(resource_->allocate(bytes, s)));
+      }
+    } catch (...) {
+      for (auto* b : buffers_) resource_->deallocate_host_only(b, bytes_);  // not used yet
+      throw;
+    }
+  }
+  ~staging_ring() {
+    for (auto* b : buffers_) {
+      if (host_only_) {
+        resource_->deallocate_host_only(b, bytes_);
+      } else {
+        resource_->deallocate(b, bytes_, stream_);
+      }
+    }
+  }
+  staging_ring(const staging_ring&) = delete;
+  staging_ring& operator=(const staging_ring&) = delete;
+
+  std::byte* operator[](std::size_t i) const { return buffers_[i]; }
+  // Every device use of the buffers has completed: no event needed on free.
+  void all_device_work_done() noexcept { host_only_ = true; }
+
+ private:
+  mr::caching_pinned_resource* resource_;
+  std::size_t bytes_;
+  stream_view stream_;
+  std::vector<std::byte*> buffers_;
+  bool host_only_ = false;
+};
+
+// The events of a staged copy's buffers, given back to the pool however the
+// copy ends. A slot is always recorded on the same stream, so recording it
+// again cannot release a wait queued on its previous record early.
+class event_slots {
+ public:
+  explicit event_slots(std::size_t count) : slots_(count) {}
+  ~event_slots() {
+    for (auto& e : slots_) {
+      if (!e) continue;
+      if (completed_) {
+        event_pool::instance().release_completed(std::move(*e));
+      } else {
+        event_pool::instance().release(std::move(*e));
+      }
+    }
+  }
+  event_slots(const event_slots&) = delete;
+  event_slots& operator=(const event_slots&) = delete;
+
+  [[nodiscard]] bool recorded(std::size_t k) const { return slots_[k].has_value(); }
+  [[nodiscard]] const event& operator[](std::size_t k) const { return *slots_[k]; }
+  void record(std::size_t k, stream_view s) {
+    if (!slots_[k]) slots_[k] = event_pool::instance().acquire(s.device());
+    slots_[k]->record(s);
+  }
+  // Every event has been waited for.
+  void all_completed() noexcept { completed_ = true; }
+
+ private:
+  std::vector<std::optional<event>> slots_;
+  bool completed_ = false;
+};
+
+// ---- the paths --------------------------------------------------------------------------
+
+transfer host_to_host(void* dst, const void* src, std::size_t bytes, stream_view s, const copy_options& o) {
+  wait_for(s);
+  host_copy_pool::instance().copy(dst, src, bytes, threads_of(o));
+  return detail::transfer_access::make(nullptr, copy_path::host_memcpy);
+}
+
+transfer direct(void* dst, const void* src, std::size_t bytes, stream_view s, copy_path path) {
+  enqueue_copy(dst, src, bytes, s);
+  return detail::transfer_access::make(done_after(s), path);
+}
+
+// Pageable source, small: the backend copies it. CUDA's driver may read the
+// source at once rather than in stream order, so wait for the stream first (a).
+transfer direct_from_pageable(void* dst, const void* src, std::size_t bytes, stream_view s) {
+  if (s.device().kind() == device_kind::cuda) wait_for(s);
+  return direct(dst, src, bytes, s, copy_path::dma);
+}
+
+// Pageable destination, small: complete at return on every backend, as
+// cudaMemcpyAsync to pageable memory is on CUDA.
+transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, stream_view s) {
+  enqueue_copy(dst, src, bytes, s);
+  event e = record_on(s);
+  e.synchronize();
+  event_pool::instance().release_completed(std::move(e));
+  return detail::transfer_access::make(nullptr, copy_path::dma);
+}
+
+// Pageable to device: host threads copy chunk i into a pinned buffer while the
+// DMAs of the chunks before it run; the caller drives the pipeline and returns
+// once the last DMA is enqueued.
+transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
+                          const copy_options& o) {
+  wait_for(s);  // (a): earlier work on s may still write the source
+  std::size_t largest = 0;
+  const auto chunks = plan_chunks(bytes, o, largest);
+  const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
+  std::optional<staging_ring> ring{std::in_place, s.device().kind(), count, largest, s};
+  event_slots sent{count};
+  auto& pool = host_copy_pool::instance();
+  const int threads = threads_of(o);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const std::size_t k = i % count;
+    if (sent.recorded(k)) sent[k].synchronize();  // the buffer's previous chunk has left
+    pool.copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, threads);
+    enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, s);
+    sent.record(k, s);
+  }
+  // Freed before the transfer's event is recorded, so that once the transfer
+  // is ready the cache finds the buffers' events complete and reuses them.
+  ring.reset();
+  return detail::transfer_access::make(done_after(s), copy_path::staged_to_device);
+}
+
+// Device to pageable: DMAs run up to `staging_buffers` chunks ahead of the host
+// threads that copy each landed chunk out. Finishes before returning, so every
+// device-side read has completed (b) without pinning the whole copy.
+transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
+                        const copy_options& o) {
+  std::size_t largest = 0;
+  const auto chunks = plan_chunks(bytes, o, largest);
+  const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
+  staging_ring ring{s.device().kind(), count, largest, s};
+  event_slots landed{count};
+  auto& pool = host_copy_pool::instance();
+  const int threads = threads_of(o);
+  auto enqueue = [&](std::size_t i) {
+    const std::size_t k = i % count;
+    enqueue_copy(ring[k], src + chunks[i].offset, chunks[i].bytes, s);
+    landed.record(k, s);
+  };
+  for (std::size_t i = 0; i < count; ++i) enqueue(i);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const std::size_t k = i % count;
+    landed[k].synchronize();
+    pool.copy(dst + chunks[i].offset, ring[k], chunks[i].bytes, threads);
+    if (i + count < chunks.size()) enqueue(i + count);
+  }
+  ring.all_device_work_done();
+  landed.all_completed();
+  return detail::transfer_access::make(nullptr, copy_path::staged_to_host);
+}
+
+// Device to another device without peer access: each chunk goes down on a
+// stream of the source device and up on a stream of the destination device,
+// through a ring of pinned buffers, ordered by events alone: all of it is
+// enqueued before returning and nothing waits on the host.
+transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
+                                device_id from, device_id to, const copy_options& o) {
+  const stream_view down = s.device() == from ? s : engine_stream(from);
+  const stream_view up = s.device() == to ? s : engine_stream(to);
+  std::size_t largest = 0;
+  const auto chunks = plan_chunks(bytes, o, largest);
+  const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
+  // Freed with `s` alone: every use of the buffers on the other stream comes
+  // before an event that `s` waits for (the last upload, or each download).
+  std::optional<staging_ring> ring{std::in_place, s.device().kind(), count, largest, s};
+  event_slots before{1};
+  event_slots landed{count};
+  event_slots uploaded{count};
+  if (down != s) {  // (a): the first reads wait for earlier work on s
+    before.record(0, s);
+    wait_across(down, before[0]);
+  }
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const std::size_t k = i % count;
+    if (uploaded.recorded(k)) wait_across(down, uploaded[k]);  // the buffer's previous chunk went up
+    enqueue_copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, down);
+    landed.record(k, down);
+    wait_across(up, landed[k]);
+    enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, up);
+    uploaded.record(k, up);
+  }
+  if (up != s) wait_across(s, uploaded[(chunks.size() - 1) % count]);  // (b)
+  ring.reset();  // before the transfer's event, as in staged_to_device
+  return detail::transfer_access::make(done_after(s), copy_path::peer_staged);
+}
+
+}  // namespace
+
+// ---- public ------------------------------------------------------------------------------
+
+std::string_view to_string(copy_path path) noexcept {
+  switch (path) {
+    case copy_path::none: return "none";
+    case copy_path::host_memcpy: return "host_memcpy";
+    case copy_path::dma: return "dma";
+    case copy_path::staged_to_device: return "staged_to_device";
+    case copy_path::staged_to_host: return "staged_to_host";
+    case copy_path::peer_dma: return "peer_dma";
+    case copy_path::peer_staged: return "peer_staged";
+  }
+  return "unknown";
+}
+
+copy_options get_copy_options() {
+  auto& e = the_engine();
+  std::lock_guard lock{e.mutex};
+  return e.options;
+}
+
+void set_copy_options(const copy_options& options) {
+  check_options(options);
+  auto& e = the_engine();
+  std::lock_guard lock{e.mutex};
+  e.options = options;
+}
+
+mr::caching_pinned_resource& staging_resource(device_kind backend) {
+  if (device_count(backend) == 0) {
+    SYNCMEM_UNSUPPORTED(fmt::format("staging_resource: no {} devices ({})", to_string(backend),
+                                    why_no_devices(backend)));
+  }
+  auto& e = the_engine();
+  const auto i = static_cast<std::size_t>(backend);
+  // Never destroyed: transfers may still be freeing staging blocks after main().
+  std::call_once(e.staging_once[i], [&] { e.staging[i] = new mr::caching_pinned_resource{backend}; });
+  return *e.staging[i];
+}
+
+transfer::transfer() noexcept = default;
+transfer::~transfer() = default;
+transfer::transfer(transfer&& other) noexcept
+    : state_{std::move(other.state_)}, path_{std::exchange(other.path_, copy_path::none)} {}
 transfer& transfer::operator=(transfer&& other) noexcept {
   if (this != &other) {
-    try {
-      wait();
-    } catch (...) {  // NOLINT(bugprone-empty-catch)
-    }
     state_ = std::move(other.state_);
+    path_ = std::exchange(other.path_, copy_path::none);
   }
   return *this;
 }
 
-bool transfer::ready() const { return !state_ || state_->done.ready(); }
+bool transfer::ready() const { return !state_ || !state_->done || state_->done->ready(); }
+
 void transfer::wait() const {
-  if (state_) state_->done.synchronize();
+  if (state_ && state_->done) state_->done->synchronize();
 }
 
 transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view stream) {
-  transfer t;
-  if (bytes == 0) return t;
-  SYNCMEM_EXPECTS(dst != nullptr && src != nullptr, fmt::format("copy of {} bytes with a null pointer", bytes));
-  device_guard guard{stream.device()};
-  detail::backend_for(stream.device()).memcpy_async(dst, src, bytes, stream.device().index(), stream.native_handle());
-  t.state_ = std::make_unique<transfer::state>(transfer::state{event{stream.device()}});
-  t.state_->done.record(stream);
-  return t;
+  return copy_async(dst, src, bytes, stream, get_copy_options());
+}
+
+transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view stream, const copy_options& options) {
+  if (bytes == 0) return {};
+  check_options(options);
+  SYNCMEM_EXPECTS(dst != nullptr, fmt::format("copy_async: the destination is null (copying {} bytes)", bytes));
+  SYNCMEM_EXPECTS(src != nullptr, fmt::format("copy_async: the source is null (copying {} bytes)", bytes));
+  const auto d = reinterpret_cast<std::uintptr_t>(dst);
+  const auto s = reinterpret_cast<std::uintptr_t>(src);
+  SYNCMEM_EXPECTS(d <= UINTPTR_MAX - bytes,
+                  fmt::format("copy_async: the destination range [{}, +{}) wraps the address space", dst, bytes));
+  SYNCMEM_EXPECTS(s <= UINTPTR_MAX - bytes,
+                  fmt::format("copy_async: the source range [{}, +{}) wraps the address space", src, bytes));
+  SYNCMEM_EXPECTS(d + bytes <= s || s + bytes <= d,
+                  fmt::format("copy_async: the destination [{}, +{}) and the source [{}, +{}) overlap", dst, bytes,
+                              src, bytes));
+  check_device(stream.device());
+  const device_kind backend = stream.device().kind();
+  const side to = classify(dst, backend);
+  const side from = classify(src, backend);
+  check_extent(dst, bytes, to, "destination");
+  check_extent(src, bytes, from, "source");
+  check_stream(stream, to, from);
+
+  auto* out = static_cast<std::byte*>(dst);
+  const auto* in = static_cast<const std::byte*>(src);
+  if (is_host(to) && is_host(from)) return host_to_host(dst, src, bytes, stream, options);
+  if (to.kind == memory_kind::managed || from.kind == memory_kind::managed) {
+    return direct(dst, src, bytes, stream, copy_path::dma);
+  }
+  if (to.kind == memory_kind::device && from.kind == memory_kind::device) {
+    if (*to.device == *from.device) return direct(dst, src, bytes, stream, copy_path::dma);
+    if (options.peer_access && peer_usable(*from.device, *to.device)) {
+      return direct(dst, src, bytes, stream, copy_path::peer_dma);
+    }
+    return staged_between_devices(out, in, bytes, stream, *from.device, *to.device, options);
+  }
+  if (from.kind == memory_kind::device) {  // to host
+    if (to.kind == memory_kind::pinned_host) return direct(dst, src, bytes, stream, copy_path::dma);
+    if (bytes <= options.direct_threshold) return direct_to_pageable(dst, src, bytes, stream);
+    return staged_to_host(out, in, bytes, stream, options);
+  }
+  // from host to device
+  if (from.kind == memory_kind::pinned_host) return direct(dst, src, bytes, stream, copy_path::dma);
+  if (bytes <= options.direct_threshold) return direct_from_pageable(dst, src, bytes, stream);
+  return staged_to_device(out, in, bytes, stream, options);
 }
 
 void copy(void* dst, const void* src, std::size_t bytes, stream_view stream) {
   copy_async(dst, src, bytes, stream).wait();
+}
+
+void copy(void* dst, const void* src, std::size_t bytes, stream_view stream, const copy_options& options) {
+  copy_async(dst, src, bytes, stream, options).wait();
 }
 
 }  // namespace syncmem

@@ -190,7 +190,15 @@ class backend_impl final : public backend {
   void deallocate_pinned(void* p, std::size_t) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFreeHost(p)); }
 
   void register_host(void* p, std::size_t bytes, unsigned flags) override {
-    SYNCMEM_CUDA_TRY(cudaHostRegister(p, bytes, flags));
+    const cudaError_t status = cudaHostRegister(p, bytes, flags);
+    if (status == cudaErrorHostMemoryAlreadyRegistered) {
+      cudaGetLastError();
+      // A caller's mistake, like the emulated registry's overlap, not a device failure.
+      SYNCMEM_FAIL(fmt::format("register_host: [{}, +{}) overlaps memory that is already registered "
+                               "(cudaErrorHostMemoryAlreadyRegistered)",
+                               p, bytes));
+    }
+    SYNCMEM_CUDA_TRY(status);
   }
 
   void unregister_host(void* p) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaHostUnregister(p)); }

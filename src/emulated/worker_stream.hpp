@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -48,14 +49,21 @@ class worker_stream {
   std::thread thread_;
 };
 
-// The state behind an emulated event: generations recorded and completed.
+// The state behind an emulated event. Each record is a generation; a wait
+// or synchronize captures the generation recorded at that moment and waits for
+// exactly it (as CUDA does), even if the event is recorded again meanwhile on
+// another stream whose record completes first.
 struct event_state {
   std::mutex mutex;
   std::condition_variable completed_changed;
-  std::uint64_t recorded = 0;
-  std::uint64_t completed = 0;
+  std::uint64_t recorded = 0;                 // the latest generation
+  std::set<std::uint64_t> pending;            // generations recorded but not yet reached
+  std::uint64_t latest_completed = 0;         // for timing: the highest generation reached
   std::chrono::steady_clock::time_point completed_at{};
   bool timing = false;
+
+  // Under mutex: whether generation g has been reached (0: never recorded).
+  [[nodiscard]] bool reached(std::uint64_t g) const { return g == 0 || !pending.contains(g); }
 };
 
 }  // namespace syncmem::detail::emulated

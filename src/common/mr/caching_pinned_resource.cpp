@@ -1,0 +1,502 @@
+#include "syncmem/mr/caching_pinned_resource.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "../event_pool.hpp"
+#include "../log.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/event.hpp"
+#include "syncmem/mr/allocation_label.hpp"
+
+namespace syncmem::mr {
+
+namespace {
+
+constexpr std::size_t page = 4096;
+constexpr std::size_t small_limit = std::size_t{32} << 10;
+// Classes up to 32 KiB are pages (indices 0..7); above, 8 per power of two
+// for powers 2^15 .. 2^63.
+constexpr std::size_t bin_count = 8 + 49 * 8;
+
+std::size_t class_index(std::size_t size) noexcept {
+  if (size <= small_limit) return size / page - 1;
+  const auto k = static_cast<std::size_t>(std::bit_width(size)) - 1;
+  const std::size_t m = size >> (k - 3);  // 8..15
+  return 8 + (k - 15) * 8 + (m - 8);
+}
+
+// A stream, as a key: events recorded on one stream complete in order.
+struct stream_key {
+  device_id device;
+  CUstream_st* handle;
+  friend bool operator<(const stream_key& a, const stream_key& b) noexcept {
+    if (a.device != b.device) return a.device < b.device;
+    return std::less<CUstream_st*>{}(a.handle, b.handle);
+  }
+};
+
+// cudaStreamPerThread names a different stream on every thread: events queued
+// under that handle are not in one stream's order.
+bool names_one_stream(CUstream_st* handle) noexcept { return reinterpret_cast<std::uintptr_t>(handle) != 2; }
+
+device_id home_device_of(device_kind backend) { return device_id{backend, 0}; }
+
+}  // namespace
+
+struct caching_pinned_resource::state {
+  struct block {
+    void* p;
+    std::size_t size;
+    bool pinned;
+    std::uint32_t pending_uses = 0;
+    std::vector<stream_view> recorded;  // streams declared with record_stream
+  };
+  struct use {
+    event done;
+    block* b;
+  };
+
+  device_id home;  // whose default stream upstream calls without a caller's stream use
+  std::mutex mutex;
+  std::array<std::vector<block*>, bin_count> bins;
+  std::unordered_map<void*, block*> live;
+  std::map<stream_key, std::deque<use>> pending;
+  std::size_t pending_uses = 0;
+  caching_pinned_statistics stats;
+  std::atomic<bool> warned{false};
+
+  explicit state(device_id h) : home{h} { live.reserve(256); }
+
+  // Under `mutex`. A block whose uses have all completed: cached, or (pageable
+  // fallback, or over the cache limit) handed to `doomed` to be freed after
+  // the lock is released.
+  void ready(block* b, std::size_t max_cached, std::vector<block*>& doomed) {
+    if (!b->pinned || stats.bytes_cached + b->size > max_cached) {
+      doomed.push_back(b);
+      (b->pinned ? stats.bytes_pinned : stats.bytes_pageable) -= b->size;
+      return;
+    }
+    bins[class_index(b->size)].push_back(b);
+    stats.bytes_cached += b->size;
+  }
+
+  // Under `mutex`: records the completion of one use.
+  void completed(use& u, std::size_t max_cached, std::vector<block*>& doomed) {
+    detail::event_pool::instance().release_completed(std::move(u.done));
+    --pending_uses;
+    if (--u.b->pending_uses == 0) {
+      stats.bytes_pending -= u.b->size;
+      --stats.blocks_pending;
+      ready(u.b, max_cached, doomed);
+    }
+  }
+
+  static bool query(const event& e) noexcept {
+    try {
+      return e.ready();
+    } catch (...) {
+      // The device failed for good (a sticky error): nothing runs on it any
+      // more, so nothing can still be using the block.
+      return true;
+    }
+  }
+
+  // Under `mutex`: moves the blocks whose uses have completed out of pending.
+  // Never blocks; one query settles a whole stream when its newest use is done.
+  void poll(std::size_t max_cached, std::vector<block*>& doomed) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      auto& uses = it->second;
+      if (uses.size() > 1 && names_one_stream(it->first.handle) && query(uses.back().done)) {
+        while (!uses.empty()) {
+          completed(uses.front(), max_cached, doomed);
+          uses.pop_front();
+        }
+      } else {
+        while (!uses.empty() && query(uses.front().done)) {
+          completed(uses.front(), max_cached, doomed);
+          uses.pop_front();
+        }
+      }
+      it = uses.empty() ? pending.erase(it) : std::next(it);
+    }
+  }
+
+  // Under `mutex`: `b` has been freed; its uses are the streams in `streams`.
+  void retire(block* b, const std::vector<stream_view>& streams, std::size_t max_cached,
+              std::vector<block*>& doomed) noexcept {
+    for (const stream_view s : streams) {
+      try {
+        // A stream with nothing left to run holds no use of the block: one
+        // query now saves an event, and the block is ready at once.
+        if (s.ready()) continue;
+        event e = detail::event_pool::instance().acquire(s.device());
+        e.record(s);
+        pending[{s.device(), s.native_handle()}].push_back({std::move(e), b});
+        ++b->pending_uses;
+        ++pending_uses;
+      } catch (...) {
+        // No event: wait for the stream instead, so the block is safe to reuse.
+        try {
+          s.synchronize();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing runs on it
+        }
+      }
+    }
+    if (b->pending_uses == 0) {
+      ready(b, max_cached, doomed);
+    } else {
+      stats.bytes_pending += b->size;
+      ++stats.blocks_pending;
+    }
+  }
+
+  // Not under `mutex` (unpinning waits for the device): frees blocks taken
+  // out of the books already.
+  void free_blocks(memory_resource& upstream, std::vector<block*>& doomed) noexcept {
+    if (doomed.empty()) return;
+    try {
+      const stream_view s = default_stream(home);
+      for (auto* b : doomed) {
+        if (b->pinned) {
+          upstream.deallocate(b->p, b->size, s, page);
+        } else {
+          ::operator delete(b->p, std::align_val_t{page});
+        }
+        delete b;
+      }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): default_stream cannot fail for a device that existed
+    }
+    doomed.clear();
+  }
+};
+
+caching_pinned_resource::caching_pinned_resource(device_kind backend, caching_pinned_options options)
+    : memory_resource{memory_kind::pinned_host, std::nullopt, page},
+      owned_upstream_{std::make_unique<pinned_resource>(backend, options.flags)},
+      upstream_{owned_upstream_.get()},
+      options_{options},
+      state_{std::make_unique<state>(home_device_of(backend))} {
+  reserve_up_front();
+}
+
+caching_pinned_resource::caching_pinned_resource(memory_resource& upstream, caching_pinned_options options)
+    : memory_resource{memory_kind::pinned_host, std::nullopt, page}, upstream_{&upstream}, options_{options} {
+  SYNCMEM_EXPECTS(upstream.kind() == memory_kind::pinned_host && !upstream.device().has_value(),
+                  fmt::format("caching_pinned_resource: the upstream {} hands out {} memory; it must hand out "
+                              "pinned host memory",
+                              upstream.name(), to_string(upstream.kind())));
+  SYNCMEM_EXPECTS(upstream.max_alignment() >= page,
+                  fmt::format("caching_pinned_resource: the upstream {} aligns to at most {} bytes; blocks need {}",
+                              upstream.name(), upstream.max_alignment(), page));
+  state_ = std::make_unique<state>(current_device());
+  reserve_up_front();
+}
+
+void caching_pinned_resource::reserve_up_front() {
+  if (options_.reserve_blocks == 0) return;
+  try {
+    reserve(options_.reserve_block_bytes, options_.reserve_blocks);
+  } catch (...) {
+    trim();  // the destructor will not run: unpin what was reserved
+    throw;
+  }
+}
+
+caching_pinned_resource::~caching_pinned_resource() {
+  std::vector<state::block*> blocks;
+  std::size_t still_live = 0;
+  std::size_t still_live_bytes = 0;
+  {
+    std::lock_guard lock{state_->mutex};
+    for (auto& [key, uses] : state_->pending) {
+      for (auto& u : uses) {
+        try {
+          u.done.synchronize();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing runs on it
+        }
+        if (--u.b->pending_uses == 0) blocks.push_back(u.b);
+        detail::event_pool::instance().release_completed(std::move(u.done));
+      }
+    }
+    state_->pending.clear();
+    for (auto& bin : state_->bins) {
+      blocks.insert(blocks.end(), bin.begin(), bin.end());
+      bin.clear();
+    }
+    for (auto& [p, b] : state_->live) {
+      ++still_live;
+      still_live_bytes += b->size;
+      blocks.push_back(b);
+    }
+    state_->live.clear();
+  }
+  if (still_live > 0) {
+    detail::logger().warn("{} destroyed with {} block(s) ({}) still allocated; they are freed now", name(),
+                          still_live, detail::format_bytes(still_live_bytes));
+  }
+  state_->free_blocks(*upstream_, blocks);
+}
+
+std::string caching_pinned_resource::name() const {
+  return fmt::format("caching_pinned_resource({})", upstream_->name());
+}
+
+std::size_t caching_pinned_resource::block_size(std::size_t bytes) noexcept {
+  if (bytes == 0) return 0;
+  if (bytes <= small_limit) return (bytes + page - 1) / page * page;
+  const auto k = static_cast<std::size_t>(std::bit_width(bytes)) - 1;
+  const std::size_t step = std::size_t{1} << (k - 3);
+  if (bytes > std::numeric_limits<std::size_t>::max() - (step - 1)) return std::numeric_limits<std::size_t>::max();
+  return (bytes + step - 1) / step * step;
+}
+
+void* caching_pinned_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
+  const std::size_t size = block_size(bytes);
+  auto& st = *state_;
+  std::vector<state::block*> doomed;
+  void* hit = nullptr;
+  {
+    std::lock_guard lock{st.mutex};
+    if (size != std::numeric_limits<std::size_t>::max()) {
+      auto& bin = st.bins[class_index(size)];
+      if (bin.empty() && st.pending_uses > 0) st.poll(options_.max_cached_bytes, doomed);
+      if (!bin.empty()) {
+        state::block* b = bin.back();
+        st.live.emplace(b->p, b);  // may throw: nothing has changed yet
+        bin.pop_back();
+        st.stats.bytes_cached -= size;
+        st.stats.bytes_in_use += size;
+        ++st.stats.allocations;
+        ++st.stats.hits;
+        hit = b->p;
+      }
+    }
+  }
+  st.free_blocks(*upstream_, doomed);  // over the cache limit, or pageable fallbacks
+  if (hit != nullptr) return hit;
+
+  // A miss: pin a new block, outside the lock (cudaHostAlloc takes milliseconds).
+  auto pin = [&]() -> void* {
+    try {
+      return upstream_->allocate(size, stream, page);
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+  };
+  bool pinned = true;
+  void* p = size == std::numeric_limits<std::size_t>::max() ? nullptr : pin();
+  if (p == nullptr && size != std::numeric_limits<std::size_t>::max()) {
+    if (trim() > 0) p = pin();  // cached blocks count against the page-locked limit
+  }
+  if (p == nullptr && options_.fallback_to_pageable && size != std::numeric_limits<std::size_t>::max()) {
+    p = ::operator new(size, std::align_val_t{page}, std::nothrow);
+    if (p != nullptr) {
+      pinned = false;
+      if (!st.warned.exchange(true)) {
+        detail::logger().warn("{}: pinning {} failed (page-locked memory limit, see ulimit -l, or host memory "
+                              "exhausted); serving pageable memory instead, which transfers more slowly. This "
+                              "warning is given once.",
+                              name(), detail::format_bytes(size));
+      }
+    }
+  }
+  if (p == nullptr) {
+    oom_info info;
+    info.requested = bytes;
+    info.label = std::string{current_allocation_label()};
+    info.resource = name();
+    {
+      std::lock_guard lock{st.mutex};
+      info.reserved = st.stats.bytes_pinned;
+      info.in_use = st.stats.bytes_in_use;
+    }
+    info.hint = options_.fallback_to_pageable
+                    ? "neither pinned nor pageable host memory could be had"
+                    : "pinning host memory failed: the page-locked memory limit (ulimit -l) or host memory is "
+                      "exhausted; caching_pinned_options::fallback_to_pageable would serve pageable memory instead";
+    throw out_of_memory{std::move(info)};
+  }
+  auto* b = new (std::nothrow) state::block{p, size, pinned, 0, {}};
+  try {
+    if (b == nullptr) throw std::bad_alloc{};
+    std::lock_guard lock{st.mutex};
+    st.live.emplace(p, b);
+    ++st.stats.allocations;
+    ++st.stats.misses;
+    st.stats.bytes_in_use += size;
+    if (pinned) {
+      st.stats.bytes_pinned += size;
+      st.stats.peak_bytes_pinned = std::max(st.stats.peak_bytes_pinned, st.stats.bytes_pinned);
+    } else {
+      ++st.stats.fallbacks;
+      st.stats.bytes_pageable += size;
+    }
+  } catch (...) {
+    delete b;
+    if (pinned) {
+      upstream_->deallocate(p, size, stream, page);
+    } else {
+      ::operator delete(p, std::align_val_t{page});
+    }
+    throw;
+  }
+  return p;
+}
+
+void caching_pinned_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream,
+                                            std::size_t) noexcept {
+  auto& st = *state_;
+  std::vector<state::block*> doomed;
+  {
+    std::lock_guard lock{st.mutex};
+    auto it = st.live.find(p);
+    if (it == st.live.end()) {
+      detail::logger().error("{}: deallocate of {} ({} bytes), which it did not hand out or which was freed already",
+                             name(), p, bytes);
+      return;
+    }
+    state::block* b = it->second;
+    st.live.erase(it);
+    st.stats.bytes_in_use -= b->size;
+    std::vector<stream_view> uses = std::move(b->recorded);
+    b->recorded.clear();
+    if (std::find(uses.begin(), uses.end(), stream) == uses.end()) {
+      try {
+        uses.push_back(stream);
+      } catch (...) {  // out of memory: order the reuse by waiting instead
+        try {
+          stream.synchronize();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+        }
+      }
+    }
+    st.retire(b, uses, options_.max_cached_bytes, doomed);
+  }
+  st.free_blocks(*upstream_, doomed);
+}
+
+void caching_pinned_resource::deallocate_host_only(void* p, std::size_t bytes, std::size_t) noexcept {
+  if (p == nullptr) return;
+  auto& st = *state_;
+  std::vector<state::block*> doomed;
+  {
+    std::lock_guard lock{st.mutex};
+    auto it = st.live.find(p);
+    if (it == st.live.end()) {
+      detail::logger().error("{}: deallocate_host_only of {} ({} bytes), which it did not hand out or which was "
+                             "freed already",
+                             name(), p, bytes);
+      return;
+    }
+    state::block* b = it->second;
+    st.live.erase(it);
+    st.stats.bytes_in_use -= b->size;
+    if (b->recorded.empty()) {
+      st.ready(b, options_.max_cached_bytes, doomed);
+    } else {
+      std::vector<stream_view> uses = std::move(b->recorded);
+      b->recorded.clear();
+      st.retire(b, uses, options_.max_cached_bytes, doomed);
+    }
+  }
+  st.free_blocks(*upstream_, doomed);
+}
+
+void caching_pinned_resource::record_stream(void* p, stream_view s) {
+  auto& st = *state_;
+  std::lock_guard lock{st.mutex};
+  auto it = st.live.find(p);
+  SYNCMEM_EXPECTS(it != st.live.end(),
+                  fmt::format("{}: record_stream of {}, which is not a block it handed out (or was freed)", name(), p));
+  auto& recorded = it->second->recorded;
+  if (std::find(recorded.begin(), recorded.end(), s) == recorded.end()) recorded.push_back(s);
+}
+
+void caching_pinned_resource::reserve(std::size_t block_bytes, std::size_t blocks) {
+  if (block_bytes == 0 || blocks == 0) return;
+  const std::size_t size = block_size(block_bytes);
+  auto& st = *state_;
+  const stream_view home = default_stream(st.home);
+  for (std::size_t i = 0; i < blocks; ++i) {
+    void* p = nullptr;
+    try {
+      p = upstream_->allocate(size, home, page);
+    } catch (const std::bad_alloc&) {
+      oom_info info;
+      info.requested = size;
+      info.label = std::string{current_allocation_label()};
+      info.resource = name();
+      info.hint = fmt::format("reserving {} blocks of {}: pinning failed after {} blocks (page-locked memory "
+                              "limit, see ulimit -l)",
+                              blocks, detail::format_bytes(size), i);
+      throw out_of_memory{std::move(info)};
+    }
+    auto* b = new (std::nothrow) state::block{p, size, true, 0, {}};
+    if (b == nullptr) {
+      upstream_->deallocate(p, size, home, page);
+      throw std::bad_alloc{};
+    }
+    std::lock_guard lock{st.mutex};
+    try {
+      st.bins[class_index(size)].push_back(b);
+    } catch (...) {
+      delete b;
+      upstream_->deallocate(p, size, home, page);
+      throw;
+    }
+    st.stats.bytes_cached += size;
+    st.stats.bytes_pinned += size;
+    st.stats.peak_bytes_pinned = std::max(st.stats.peak_bytes_pinned, st.stats.bytes_pinned);
+  }
+}
+
+std::size_t caching_pinned_resource::trim() noexcept {
+  auto& st = *state_;
+  std::vector<state::block*> doomed;
+  std::size_t freed = 0;
+  try {
+    std::lock_guard lock{st.mutex};
+    st.poll(options_.max_cached_bytes, doomed);
+    for (auto& bin : st.bins) {
+      for (auto* b : bin) {
+        doomed.push_back(b);
+        st.stats.bytes_cached -= b->size;
+        st.stats.bytes_pinned -= b->size;
+        freed += b->size;
+      }
+      bin.clear();
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while collecting: free what was collected
+  }
+  st.free_blocks(*upstream_, doomed);
+  return freed;
+}
+
+caching_pinned_statistics caching_pinned_resource::statistics() {
+  auto& st = *state_;
+  std::vector<state::block*> doomed;
+  caching_pinned_statistics result;
+  {
+    std::lock_guard lock{st.mutex};
+    st.poll(options_.max_cached_bytes, doomed);
+    result = st.stats;
+  }
+  st.free_blocks(*upstream_, doomed);
+  return result;
+}
+
+}  // namespace syncmem::mr
