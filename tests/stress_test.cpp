@@ -25,7 +25,7 @@
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
-#include "syncmem/mr/pinned_resource.hpp"
+#include "syncmem/mr/caching_pinned_resource.hpp"
 #include "syncmem/synced_memory.hpp"
 #include "test_support.hpp"
 
@@ -47,7 +47,7 @@ struct tally {
 class worker {
  public:
   worker(device_id device, std::uint64_t seed, tally& counts)
-      : device_{device}, random_{seed}, counts_{counts}, pinned_{device.kind()} {
+      : device_{device}, random_{seed}, counts_{counts}, pinned_{staging_resource(device.kind())} {
     for (int i = 0; i < 3; ++i) streams_.emplace_back(device);
   }
 
@@ -185,7 +185,7 @@ class worker {
   device_id device_;
   std::mt19937_64 random_;
   tally& counts_;
-  mr::pinned_resource pinned_;
+  mr::caching_pinned_resource& pinned_;  // the engine's staging cache: shared by every thread
   std::vector<stream> streams_;
   std::vector<block> blocks_;
   std::vector<synced> buffers_;

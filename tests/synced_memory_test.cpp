@@ -12,10 +12,13 @@
 
 #include "common/backend.hpp"
 #include "device_ops.hpp"
+#include "common/mr/default_host_resource.hpp"
 #include "pattern.hpp"
+#include "poisoning_resource.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
+#include "syncmem/mr/per_device_resource.hpp"
 #include "test_support.hpp"
 
 using ::testing::HasSubstr;
@@ -71,34 +74,32 @@ TYPED_TEST_SUITE(SyncedMemory, test::device_kinds, test::device_kind_names);
 
 // ---- laziness, zero fill, state -------------------------------------------------
 
-TYPED_TEST(SyncedMemory, AllocatesNothingUntilFirstUseThenZeroFills) {
+TYPED_TEST(SyncedMemory, AllocatesNothingUntilFirstUseThenZeroFillsOrNot) {
+  // Resources that hand out 0xFF bytes: zeros then prove the fill, 0xFF proves its absence.
+  test::poisoning_resource device{mr::get_per_device_resource(this->dev())};
+  test::poisoning_resource host{mr::detail::default_host_resource(memory_kind::pinned_host, this->kind)};
   const std::size_t n = 1000 + test::rng()() % 5000;
-  synced_memory m{n, this->dev(), {.label = "lazy"}};
+  synced_memory m{n, this->dev(), {.label = "lazy", .device_resource = &device, .host_resource = &host}};
   EXPECT_EQ(m.state(), sync_state::uninitialized);
   EXPECT_FALSE(m.has_host_memory());
   EXPECT_FALSE(m.has_device_memory());
   EXPECT_EQ(m.size(), n);
   EXPECT_EQ(m.capacity(), n);
-  // Emulated memory is poisoned when fresh, so zeros prove the fill.
   const void* d = m.device_data();
   EXPECT_TRUE(m.has_device_memory());
   EXPECT_FALSE(m.has_host_memory());
   EXPECT_EQ(m.state(), sync_state::at_device);
   EXPECT_EQ(read_device(default_stream(this->dev()), d, n), std::vector<std::uint8_t>(n, 0));
-  synced_memory h{n, this->dev()};
+  synced_memory h{n, this->dev(), {.device_resource = &device, .host_resource = &host}};
   EXPECT_EQ(host_bytes(h), std::vector<std::uint8_t>(n, 0));
   EXPECT_EQ(h.state(), sync_state::at_host);
   EXPECT_FALSE(h.has_device_memory());
   EXPECT_EQ(h.counters(), transfer_counters{});
-}
 
-TEST(SyncedMemoryEmulated, WithoutZeroFillFreshMemoryIsUninitialised) {
-  synced_memory m{4096, device_id::emulated(0), {.host_kind = host_memory_kind::pinned, .zero_fill = false}};
-  const auto* p = static_cast<const std::uint8_t*>(m.host_data());
-  // The emulated device poisons fresh pinned memory with 0xFF; nothing cleared it.
-  EXPECT_EQ(std::vector<std::uint8_t>(p, p + 4096), std::vector<std::uint8_t>(4096, 0xFF));
-  const void* d = m.device_data();
-  EXPECT_EQ(read_device(default_stream(device_id::emulated(0)), d, 4096), std::vector<std::uint8_t>(4096, 0xFF));
+  synced_memory raw_host{n, this->dev(), {.zero_fill = false, .device_resource = &device, .host_resource = &host}};
+  EXPECT_EQ(host_bytes(raw_host), std::vector<std::uint8_t>(n, 0xFF));
+  synced_memory raw_device{n, this->dev(), {.zero_fill = false, .device_resource = &device, .host_resource = &host}};
+  EXPECT_EQ(read_device(default_stream(this->dev()), raw_device.device_data(), n), std::vector<std::uint8_t>(n, 0xFF));
 }
 
 TYPED_TEST(SyncedMemory, ReadsLeaveTheStateSyncedWritesMoveIt) {

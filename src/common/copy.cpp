@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "backend.hpp"
+#include "copy_internal.hpp"
 #include "event_pool.hpp"
 #include "host_copy_pool.hpp"
 #include "log.hpp"
@@ -449,6 +450,33 @@ transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_
   return detail::transfer_access::make(done_after(s), copy_path::peer_staged);
 }
 
+// The path for two classified sides (see the table in copy.hpp).
+transfer dispatch(void* dst, const side& to, const void* src, const side& from, std::size_t bytes, stream_view stream,
+                  const copy_options& options) {
+  auto* out = static_cast<std::byte*>(dst);
+  const auto* in = static_cast<const std::byte*>(src);
+  if (is_host(to) && is_host(from)) return host_to_host(dst, src, bytes, stream, options);
+  if (to.kind == memory_kind::managed || from.kind == memory_kind::managed) {
+    return direct(dst, src, bytes, stream, copy_path::dma);
+  }
+  if (to.kind == memory_kind::device && from.kind == memory_kind::device) {
+    if (*to.device == *from.device) return direct(dst, src, bytes, stream, copy_path::dma);
+    if (options.peer_access && peer_usable(*from.device, *to.device)) {
+      return direct(dst, src, bytes, stream, copy_path::peer_dma);
+    }
+    return staged_between_devices(out, in, bytes, stream, *from.device, *to.device, options);
+  }
+  if (from.kind == memory_kind::device) {  // to host
+    if (to.kind == memory_kind::pinned_host) return direct(dst, src, bytes, stream, copy_path::dma);
+    if (bytes <= options.direct_threshold) return direct_to_pageable(dst, src, bytes, stream);
+    return staged_to_host(out, in, bytes, stream, options);
+  }
+  // from host to device
+  if (from.kind == memory_kind::pinned_host) return direct(dst, src, bytes, stream, copy_path::dma);
+  if (bytes <= options.direct_threshold) return direct_from_pageable(dst, src, bytes, stream);
+  return staged_to_device(out, in, bytes, stream, options);
+}
+
 }  // namespace
 
 // ---- public ------------------------------------------------------------------------------
@@ -535,29 +563,22 @@ transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view s
   check_extent(src, bytes, from, "source");
   check_stream(stream, to, from);
 
-  auto* out = static_cast<std::byte*>(dst);
-  const auto* in = static_cast<const std::byte*>(src);
-  if (is_host(to) && is_host(from)) return host_to_host(dst, src, bytes, stream, options);
-  if (to.kind == memory_kind::managed || from.kind == memory_kind::managed) {
-    return direct(dst, src, bytes, stream, copy_path::dma);
-  }
-  if (to.kind == memory_kind::device && from.kind == memory_kind::device) {
-    if (*to.device == *from.device) return direct(dst, src, bytes, stream, copy_path::dma);
-    if (options.peer_access && peer_usable(*from.device, *to.device)) {
-      return direct(dst, src, bytes, stream, copy_path::peer_dma);
-    }
-    return staged_between_devices(out, in, bytes, stream, *from.device, *to.device, options);
-  }
-  if (from.kind == memory_kind::device) {  // to host
-    if (to.kind == memory_kind::pinned_host) return direct(dst, src, bytes, stream, copy_path::dma);
-    if (bytes <= options.direct_threshold) return direct_to_pageable(dst, src, bytes, stream);
-    return staged_to_host(out, in, bytes, stream, options);
-  }
-  // from host to device
-  if (from.kind == memory_kind::pinned_host) return direct(dst, src, bytes, stream, copy_path::dma);
-  if (bytes <= options.direct_threshold) return direct_from_pageable(dst, src, bytes, stream);
-  return staged_to_device(out, in, bytes, stream, options);
+  return dispatch(dst, to, src, from, bytes, stream, options);
 }
+
+transfer detail::copy_async_known(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,
+                                  std::size_t bytes, stream_view stream) {
+  if (bytes == 0) return {};
+  const auto side_of = [&](memory_kind kind) {
+    side s;
+    s.kind = kind;
+    if (kind == memory_kind::device) s.device = stream.device();
+    return s;
+  };
+  return dispatch(dst, side_of(dst_kind), src, side_of(src_kind), bytes, stream, get_copy_options());
+}
+
+memory_kind detail::host_memory_kind_for(const void* p, device_kind backend) { return classify(p, backend).kind; }
 
 void copy(void* dst, const void* src, std::size_t bytes, stream_view stream) {
   copy_async(dst, src, bytes, stream).wait();

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backend.hpp"
+#include "copy_internal.hpp"
 #include "log.hpp"
 #include "mr/default_host_resource.hpp"
 #include "syncmem/device.hpp"
@@ -110,7 +111,8 @@ synced_memory synced_memory::clone() const {
     self.order_on(s);
     copy.device_side_ = copy.allocate_device(copy.capacity_, s);
     copy.order_on(s);
-    transfer t = copy_async(copy.device_side_.ptr, device_side_.ptr, size_, s);  // stream-ordered; no wait
+    transfer t = detail::copy_async_known(copy.device_side_.ptr, memory_kind::device, device_side_.ptr,
+                                          memory_kind::device, size_, s);  // stream-ordered; no wait
     ++copy.counters_.device_copies;
     copy.counters_.device_bytes += size_;
   }
@@ -256,7 +258,9 @@ void synced_memory::to_device(stream_view s) {
 
 void synced_memory::start_copy(void* dst, const void* src, std::size_t bytes, stream_view s, in_flight direction) {
   wait_for_copy();
-  copy_ = copy_async(dst, src, bytes, s);
+  // The buffer knows both kinds: the engine need not ask the driver about the pointers.
+  copy_ = direction == in_flight::to_host ? detail::copy_async_known(dst, host_.kind, src, memory_kind::device, bytes, s)
+                                          : detail::copy_async_known(dst, memory_kind::device, src, host_.kind, bytes, s);
   in_flight_ = direction;
   if (direction == in_flight::to_host) {
     ++counters_.to_host_copies;
@@ -317,7 +321,9 @@ synced_memory::side synced_memory::allocate_host(std::size_t bytes) const {
   side s;
   s.ptr = r.allocate(bytes, last_or_default_stream());
   s.bytes = bytes;
-  s.kind = r.kind();
+  // Pinned resources may fall back to pageable memory when pinning fails: ask
+  // once per allocation, so that every copy takes the right path.
+  s.kind = r.kind() == memory_kind::pinned_host ? detail::host_memory_kind_for(s.ptr, device_.kind()) : r.kind();
   s.resource = &r;
   return s;
 }
@@ -486,7 +492,8 @@ void synced_memory::grow(std::size_t bytes, resize_mode mode) {
       side fresh = allocate_device(bytes, s);
       if (old > 0) {
         try {
-          transfer t = copy_async(fresh.ptr, device_side_.ptr, old, s);  // stream-ordered before the free below
+          transfer t = detail::copy_async_known(fresh.ptr, memory_kind::device, device_side_.ptr, memory_kind::device,
+                                                old, s);  // stream-ordered before the free below
         } catch (...) {
           fresh.resource->deallocate(fresh.ptr, fresh.bytes, s);
           throw;
@@ -526,7 +533,8 @@ void synced_memory::borrow_host(void* p, std::size_t bytes, std::shared_ptr<void
     host_.ptr = p;
     host_.bytes = bytes;
     host_.borrowed = true;
-    host_.kind = attributes.kind == memory_kind::managed ? memory_kind::pinned_host : attributes.kind;
+    host_.kind = attributes.kind == memory_kind::managed ? memory_kind::pinned_host
+                                                         : detail::host_memory_kind_for(p, device_.kind());
     host_.keep_alive = std::move(keep_alive);
   }
   if (device_side_.ptr != nullptr && device_side_.bytes < bytes) release_device();

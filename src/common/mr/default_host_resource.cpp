@@ -1,7 +1,7 @@
 #include "default_host_resource.hpp"
 
+#include "syncmem/mr/caching_pinned_resource.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
-#include "syncmem/mr/pinned_resource.hpp"
 
 namespace syncmem::mr::detail {
 
@@ -10,11 +10,13 @@ memory_resource& default_host_resource(memory_kind kind, device_kind backend) {
     static auto* const pageable = new pageable_resource{};
     return *pageable;
   }
+  // Pinning costs milliseconds per call: cache the blocks (reused once the
+  // copies that used them have completed).
   if (backend == device_kind::cuda) {
-    static auto* const pinned = new pinned_resource{device_kind::cuda};
+    static auto* const pinned = new caching_pinned_resource{device_kind::cuda};
     return *pinned;
   }
-  static auto* const pinned = new pinned_resource{device_kind::emulated};
+  static auto* const pinned = new caching_pinned_resource{device_kind::emulated};
   return *pinned;
 }
 

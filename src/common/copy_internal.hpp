@@ -1,0 +1,22 @@
+#pragma once
+
+// The engine's entry for callers inside the library that already know what
+// kind of memory each side is (synced_memory): it skips classifying the
+// pointers, which on CUDA costs driver queries per call. Device memory is the
+// memory of the stream's device.
+
+#include <cstddef>
+
+#include "syncmem/copy.hpp"
+#include "syncmem/memory_kind.hpp"
+
+namespace syncmem::detail {
+
+[[nodiscard]] transfer copy_async_known(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,
+                                        std::size_t bytes, stream_view stream);
+
+// The kind of host memory `p` is to the backend that will copy it (memory an
+// emulated device pinned is pageable to CUDA, and the other way round).
+[[nodiscard]] memory_kind host_memory_kind_for(const void* p, device_kind backend);
+
+}  // namespace syncmem::detail
