@@ -414,8 +414,8 @@ TYPED_TEST(Blob, ShareDiffAndItsErrors) {
   EXPECT_FALSE(a.data().shares_storage_with(b.data()));
   blob other_count{{11}, this->dev()};
   EXPECT_THAT(error_of([&] { a.share_data(other_count); }),
-              HasSubstr("share_data: blob 'unlabelled' (float32 (2, 5)) cannot share the data of 'unlabelled' (float32 (11)): "
-                        "count and dtype must match"));
+              HasSubstr("share_data: blob 'unlabelled' (float32 (2, 5)) cannot share the data of 'unlabelled' "
+                        "(float32 (11)): count and dtype must match"));
   blob other_type{{10}, this->dev(), dtype::float64};
   EXPECT_THAT(error_of([&] { a.share_diff(other_type); }), HasSubstr("count and dtype must match"));
   if (this->count() >= 2) {

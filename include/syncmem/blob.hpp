@@ -78,7 +78,8 @@ class blob {
   blob(const syncmem::shape& s, device_id device, syncmem::dtype type = syncmem::dtype::float32,
        synced_memory_options options = {});
   /// @brief A blob of shape `s` on the current device.
-  explicit blob(const syncmem::shape& s, syncmem::dtype type = syncmem::dtype::float32, synced_memory_options options = {});
+  explicit blob(const syncmem::shape& s, syncmem::dtype type = syncmem::dtype::float32,
+                synced_memory_options options = {});
   /// @brief Caffe's `Blob(num, channels, height, width)` on the current device.
   blob(std::int64_t num, std::int64_t channels, std::int64_t height, std::int64_t width,
        syncmem::dtype type = syncmem::dtype::float32);

@@ -28,8 +28,9 @@ enum class dtype : std::uint8_t {
 };
 
 /// @brief Every dtype, in declaration order.
-inline constexpr dtype all_dtypes[] = {dtype::bool_,   dtype::int8,     dtype::uint8,   dtype::int16,   dtype::int32,
-                                       dtype::int64,   dtype::float16,  dtype::bfloat16, dtype::float32, dtype::float64};
+inline constexpr dtype all_dtypes[] = {dtype::bool_,   dtype::int8,    dtype::uint8,    dtype::int16,
+                                       dtype::int32,   dtype::int64,   dtype::float16,  dtype::bfloat16,
+                                       dtype::float32, dtype::float64};
 
 /// @brief "bool", "int8", "uint8", "int16", "int32", "int64", "float16",
 /// "bfloat16", "float32", "float64" (numpy's names, and bfloat16's usual one).

@@ -60,7 +60,9 @@ class shape {
 
   /// @brief The extent of `axis`; negative axes count from the end.
   /// @throws syncmem::logic_error unless -num_axes() <= axis < num_axes()
-  [[nodiscard]] std::int64_t operator[](int axis) const { return extents_[static_cast<std::size_t>(canonical_axis(axis))]; }
+  [[nodiscard]] std::int64_t operator[](int axis) const {
+    return extents_[static_cast<std::size_t>(canonical_axis(axis))];
+  }
   /// @brief The same as `operator[]`.
   [[nodiscard]] std::int64_t dim(int axis) const { return (*this)[axis]; }
   /// @brief `axis` in 0..num_axes()-1 (Caffe's CanonicalAxisIndex).
@@ -95,7 +97,8 @@ class shape {
     for (I e : extents) {
       if constexpr (std::is_unsigned_v<I> && sizeof(I) >= sizeof(std::int64_t)) {
         // Larger than int64 max reads as negative, and is refused as such.
-        wide.push_back(e > static_cast<I>(std::numeric_limits<std::int64_t>::max()) ? -1 : static_cast<std::int64_t>(e));
+        const bool fits = e <= static_cast<I>(std::numeric_limits<std::int64_t>::max());
+        wide.push_back(fits ? static_cast<std::int64_t>(e) : -1);
       } else {
         wide.push_back(static_cast<std::int64_t>(e));
       }

@@ -201,8 +201,9 @@ class tensor {
   /// The copy goes from the source's newest side to this tensor's newest side
   /// (a synced source gives the side that saves a transfer); device-side work
   /// is ordered on this device's default stream. A copy between two device
-  /// sides of one device does not block the host; a copy that involves a host
-  /// side or two devices has completed when copy_from returns.
+  /// sides of one device is ordered on that stream after both tensors' earlier
+  /// device work (it need not block the host); a copy that involves a host side
+  /// or two devices has completed when copy_from returns.
   /// @throws syncmem::logic_error for another dtype or shape, or for
   /// overlapping ranges of one storage
   void copy_from(const tensor& source);

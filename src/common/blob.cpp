@@ -229,7 +229,8 @@ void blob::update() {
   check_math("update");
   if (count() == 0) return;
   side where = side_of(data_);
-  if (where == side::nowhere) where = side_of(diff_) == side::device ? side::device : side::host;  // data reads as zeros
+  // Data never written reads as zeros: work where the diff is.
+  if (where == side::nowhere) where = side_of(diff_) == side::device ? side::device : side::host;
   switch (where) {
     case side::nowhere:
     case side::host:

@@ -167,7 +167,8 @@ sync_state tensor::state() const { return storage_ ? storage_->state() : sync_st
 
 std::string tensor::describe() const {
   if (!storage_) return fmt::format("tensor {} {} without storage", syncmem::to_string(dtype_), shape_.to_string());
-  return fmt::format("tensor '{}' {} {} on {}", storage_->label().empty() ? std::string{"unlabelled"} : storage_->label(),
+  const std::string& label = storage_->label();
+  return fmt::format("tensor '{}' {} {} on {}", label.empty() ? std::string{"unlabelled"} : label,
                      syncmem::to_string(dtype_), shape_.to_string(), syncmem::to_string(storage_->device()));
 }
 
@@ -245,7 +246,8 @@ void tensor::synchronize() const {
 // ---------------------------------------------------------------------------
 
 tensor tensor::view(const syncmem::shape& s) const {
-  SYNCMEM_EXPECTS(storage_ != nullptr, fmt::format("{}: view{} of a tensor without storage", describe(), s.to_string()));
+  SYNCMEM_EXPECTS(storage_ != nullptr,
+                  fmt::format("{}: view{} of a tensor without storage", describe(), s.to_string()));
   SYNCMEM_EXPECTS(s.count() == count_, fmt::format("{}: view{} has {} elements; a view must keep the count of {}",
                                                    describe(), s.to_string(), s.count(), count_));
   tensor v{*this};
@@ -300,7 +302,8 @@ void tensor::reshape(const syncmem::shape& s, resize_mode mode) {
       if (offset_ + bytes > storage_->size()) storage_->resize(offset_ + bytes, resize_mode::keep);
     } else {
       // Detach: a storage of our own; the other views keep theirs untouched.
-      auto fresh = std::make_shared<synced_memory>(bytes, storage_->device(), options_like(*storage_, storage_->device()));
+      const device_id device = storage_->device();
+      auto fresh = std::make_shared<synced_memory>(bytes, device, options_like(*storage_, device));
       if (mode == resize_mode::keep && storage_->state() != sync_state::uninitialized) {
         copy_range(*fresh, 0, *storage_, offset_, std::min(bytes, nbytes()), nullptr);
       }

@@ -47,6 +47,9 @@ struct device_state {
   std::atomic<std::size_t> used{0};
   std::mutex streams_mutex;
   std::unordered_set<worker_stream*> streams;
+  // Held shared by synchronize_device while it waits on the streams it found,
+  // exclusively by destroy_stream while it takes one out of `streams`.
+  std::shared_mutex streams_in_use;
   std::once_flag default_stream_once;
   worker_stream* default_stream = nullptr;  // never destroyed
   std::once_flag peers_once;
@@ -164,14 +167,15 @@ class backend_impl final : public backend {
 
   void synchronize_device(int index) override {
     auto& d = device(index);
+    // Another thread may destroy its own stream meanwhile (a deallocate on one
+    // thread synchronizes the streams of all): keep the ones found alive.
+    std::shared_lock in_use{d.streams_in_use};
     std::vector<worker_stream*> streams;
     {
       std::lock_guard lock{d.streams_mutex};
       streams.assign(d.streams.begin(), d.streams.end());
       if (d.default_stream != nullptr) streams.push_back(d.default_stream);
     }
-    // A stream is destroyed only by its owner, who cannot be destroying it
-    // while also synchronizing the device it uses: the pointers stay valid.
     for (auto* s : streams) s->synchronize();
   }
 
@@ -278,6 +282,7 @@ class backend_impl final : public backend {
     auto* s = reinterpret_cast<worker_stream*>(handle);
     auto& d = device(index);
     {
+      std::unique_lock in_use{d.streams_in_use};  // waits for synchronize_device calls that may hold s
       std::lock_guard lock{d.streams_mutex};
       d.streams.erase(s);
     }
