@@ -50,6 +50,7 @@ void register_transfer_suite(const options& o);
 void register_allocator_suite(const options& o);
 void register_synced_memory_suite(const options& o);
 void register_memcpy_suite(const options& o);
+void register_tensor_suite(const options& o);
 void register_all(const options& o);
 
 }  // namespace syncmem::bench

@@ -35,6 +35,7 @@ void register_all(const options& o) {
   register_allocator_suite(o);
   register_synced_memory_suite(o);
   register_memcpy_suite(o);
+  register_tensor_suite(o);
 }
 
 }  // namespace syncmem::bench

@@ -201,6 +201,8 @@ class synced_memory {
   /// @brief The kind of memory the host side is (or will be), e.g. pinned.
   [[nodiscard]] memory_kind host_memory() const noexcept { return host_.kind; }
   [[nodiscard]] const transfer_counters& counters() const noexcept { return counters_; }
+  /// @brief The options the buffer was made with (its label is label(), not options().label).
+  [[nodiscard]] const synced_memory_options& options() const noexcept { return options_; }
   /// @brief Whether each side currently has memory.
   [[nodiscard]] bool has_host_memory() const noexcept { return host_.ptr != nullptr; }
   [[nodiscard]] bool has_device_memory() const noexcept { return device_side_.ptr != nullptr; }

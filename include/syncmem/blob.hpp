@@ -1,0 +1,226 @@
+#pragma once
+
+/// @file blob.hpp
+/// @brief Caffe's Blob on syncmem tensors: a data tensor and a diff (gradient)
+/// tensor of one shape, with Caffe's operations under snake_case names.
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <span>
+#include <string>
+
+#include "syncmem/device_id.hpp"
+#include "syncmem/dtype.hpp"
+#include "syncmem/shape.hpp"
+#include "syncmem/stream.hpp"
+#include "syncmem/synced_memory.hpp"
+#include "syncmem/tensor.hpp"
+
+namespace syncmem {
+
+/// @brief Caffe's `Blob<Dtype>`: a `data` tensor and a `diff` tensor of one
+/// shape and dtype on one device, each in its own synced_memory (see
+/// tensor.hpp for storage, states, streams and capacity).
+///
+/// Caffe's names map as follows (a Caffe-compatible header is built on this):
+///
+/// | Caffe `Blob<Dtype>`                  | syncmem::blob                                       |
+/// |--------------------------------------|-----------------------------------------------------|
+/// | `Reshape(shape)`, `Reshape(n,c,h,w)`  | `reshape(shape)`, `reshape(n, c, h, w)`             |
+/// | `ReshapeLike(other)`                 | `reshape_like(other)`                               |
+/// | `shape()`, `shape(i)`, `num_axes()`  | `shape()`, `shape(i)`, `num_axes()`                 |
+/// | `shape_string()`                     | `shape_string()` ("2 3 4 5 (120)")                  |
+/// | `count()`, `count(start[, end])`     | `count()`, `count(start[, end])`                    |
+/// | `CanonicalAxisIndex(i)`              | `canonical_axis_index(i)`                           |
+/// | `num()`, `channels()`, `height()`, `width()`, `LegacyShape(i)` | the same in snake_case     |
+/// | `offset(n,c,h,w)`, `offset(indices)` | `offset(n, c, h, w)`, `offset(indices)`             |
+/// | `cpu_data()`, `mutable_cpu_data()`   | `host_data<T>()`, `mutable_host_data<T>()`          |
+/// | `gpu_data()`, `mutable_gpu_data()`   | `device_data<T>([s])`, `mutable_device_data<T>([s])` |
+/// | `cpu_diff()` ... `mutable_gpu_diff()` | `host_diff<T>()` ... `mutable_device_diff<T>([s])`  |
+/// | `data()`, `diff()`                   | `data()`, `diff()` (tensors, not SyncedMemory)      |
+/// | `CopyFrom(src, copy_diff, reshape)`  | `copy_from(src, copy_diff, reshape)`                |
+/// | `ShareData(other)`, `ShareDiff(other)` | `share_data(other)`, `share_diff(other)`          |
+/// | `Update()`                           | `update([s])` (data -= diff)                        |
+/// | `asum_data()`, `asum_diff()`, `sumsq_data()`, `sumsq_diff()` | the same, returning double  |
+/// | `scale_data(f)`, `scale_diff(f)`     | `scale_data(f[, s])`, `scale_diff(f[, s])`          |
+/// | `FromProto`, `ToProto`               | none (protobuf); save_npy / load_npy on data()      |
+/// | `set_cpu_data(p)`                    | none; borrow through `data().storage()->borrow_host` |
+///
+/// Differences from Caffe, on purpose: sizes are `std::int64_t`; the dtype is
+/// a value (`dtype()`), not a template parameter; bad arguments throw
+/// syncmem::logic_error instead of aborting; capacity is always that of the
+/// storage actually held, so ShareData/ShareDiff cannot leave a stale
+/// capacity behind (Caffe bug #5439: after ShareData, Caffe's Reshape could
+/// reuse the other blob's smaller memory and run past its end); reductions
+/// return double and are accumulated in double.
+///
+/// Where the math runs. `update()`, `asum_*()`, `sumsq_*()` and `scale_*()`
+/// without a stream follow Caffe: on the host when the tensor's host side is
+/// newest (`at_host`), on the device when the device side is (`at_device` or
+/// `synced`), in order on the device's default stream; an uninitialized
+/// tensor reads as zeros (reductions give 0, nothing is changed). With a
+/// stream they run on the device in order on it. On CUDA devices they are CUDA
+/// kernels; on emulated devices host functions run in stream order. Device
+/// reductions are tree reductions in double; host ones are compensated sums
+/// in double. They need dtype float32 or float64.
+///
+/// Thread safety: like tensor. A blob is move-only (Caffe's is not copyable).
+class blob {
+ public:
+  /// @brief No storage, no axes, count 0, dtype float32 (Caffe's `Blob()`).
+  blob() noexcept = default;
+  /// @brief No storage, no axes, count 0, of dtype `type`.
+  explicit blob(syncmem::dtype type) noexcept : data_{type}, diff_{type} {}
+  /// @brief A blob of shape `s` on `device`. The data tensor's label is
+  /// options.label, the diff's options.label + ".diff".
+  /// @throws syncmem::logic_error for an invalid device or a size over synced_memory::max_size()
+  blob(const syncmem::shape& s, device_id device, syncmem::dtype type = syncmem::dtype::float32,
+       synced_memory_options options = {});
+  /// @brief A blob of shape `s` on the current device.
+  explicit blob(const syncmem::shape& s, syncmem::dtype type = syncmem::dtype::float32,
+                synced_memory_options options = {});
+  /// @brief Caffe's `Blob(num, channels, height, width)` on the current device.
+  blob(std::int64_t num, std::int64_t channels, std::int64_t height, std::int64_t width,
+       syncmem::dtype type = syncmem::dtype::float32);
+
+  blob(const blob&) = delete;
+  blob& operator=(const blob&) = delete;
+  blob(blob&&) noexcept = default;
+  blob& operator=(blob&&) noexcept = default;
+  ~blob() = default;
+
+  // ---- shape -------------------------------------------------------------------------
+  /// @brief Gives data and diff shape `s`, reusing their capacity (tensor::reshape
+  /// with resize_mode::keep). A blob without storage gets it on the current device.
+  /// @throws syncmem::logic_error for a bad shape; syncmem::out_of_memory. Nothing
+  /// changes when it throws.
+  void reshape(const syncmem::shape& s);
+  /// @brief reshape({num, channels, height, width}).
+  void reshape(std::int64_t num, std::int64_t channels, std::int64_t height, std::int64_t width);
+  /// @brief reshape(other.shape()).
+  void reshape_like(const blob& other) { reshape(other.shape()); }
+
+  [[nodiscard]] const syncmem::shape& shape() const noexcept { return data_.shape(); }
+  /// @brief The extent of `axis`; negative axes count from the end.
+  /// @throws syncmem::logic_error for an axis out of range
+  [[nodiscard]] std::int64_t shape(int axis) const { return data_.shape()[axis]; }
+  /// @brief Caffe's "2 3 4 5 (120)".
+  [[nodiscard]] std::string shape_string() const;
+  [[nodiscard]] int num_axes() const noexcept { return data_.num_axes(); }
+  /// @brief The number of elements (0 for a blob without storage).
+  [[nodiscard]] std::int64_t count() const noexcept { return data_.count(); }
+  /// @throws syncmem::logic_error unless 0 <= start <= end <= num_axes()
+  [[nodiscard]] std::int64_t count(int start, int end) const { return data_.shape().count(start, end); }
+  /// @throws syncmem::logic_error unless 0 <= start <= num_axes()
+  [[nodiscard]] std::int64_t count(int start) const { return data_.shape().count(start); }
+  /// @brief Caffe's CanonicalAxisIndex: `axis` in 0..num_axes()-1.
+  /// @throws syncmem::logic_error unless -num_axes() <= axis < num_axes()
+  [[nodiscard]] int canonical_axis_index(int axis) const { return data_.shape().canonical_axis(axis); }
+  /// @brief Caffe's LegacyShape: the extent of `axis` of a blob of at most 4
+  /// axes, 1 for an axis it lacks.
+  /// @throws syncmem::logic_error for a blob of more than 4 axes
+  [[nodiscard]] std::int64_t legacy_shape(int axis) const;
+  [[nodiscard]] std::int64_t num() const { return legacy_shape(0); }
+  [[nodiscard]] std::int64_t channels() const { return legacy_shape(1); }
+  [[nodiscard]] std::int64_t height() const { return legacy_shape(2); }
+  [[nodiscard]] std::int64_t width() const { return legacy_shape(3); }
+  /// @brief The element offset of (n, c, h, w) in a blob of at most 4 axes.
+  /// As in Caffe each index may be 0..extent inclusive (extent gives the
+  /// one-past-the-end offset).
+  /// @throws syncmem::logic_error for an index out of that range
+  [[nodiscard]] std::int64_t offset(std::int64_t n, std::int64_t c = 0, std::int64_t h = 0, std::int64_t w = 0) const;
+  /// @brief The element offset of the first indices.size() axes' indices (the
+  /// rest taken as 0).
+  /// @throws syncmem::logic_error for more indices than axes, or an index out of 0..extent-1
+  [[nodiscard]] std::int64_t offset(std::span<const std::int64_t> indices) const;
+  /// @brief Elements the data tensor can hold without reallocating.
+  [[nodiscard]] std::int64_t capacity() const noexcept { return data_.capacity(); }
+
+  // ---- what it is and holds ------------------------------------------------------------
+  [[nodiscard]] syncmem::dtype dtype() const noexcept { return data_.dtype(); }
+  /// @throws syncmem::logic_error for a blob without storage
+  [[nodiscard]] device_id device() const { return data_.device(); }
+  [[nodiscard]] const tensor& data() const noexcept { return data_; }
+  [[nodiscard]] const tensor& diff() const noexcept { return diff_; }
+
+  // ---- access (Caffe's cpu_data / gpu_data ...) ------------------------------------------
+  template <element_type T>
+  [[nodiscard]] const T* host_data() const { return data_.host_data<T>(); }
+  template <element_type T>
+  [[nodiscard]] T* mutable_host_data() { return data_.mutable_host_data<T>(); }
+  template <element_type T>
+  [[nodiscard]] const T* device_data(stream_view s) const { return data_.device_data<T>(s); }
+  template <element_type T>
+  [[nodiscard]] const T* device_data() const { return data_.device_data<T>(); }
+  template <element_type T>
+  [[nodiscard]] T* mutable_device_data(stream_view s) { return data_.mutable_device_data<T>(s); }
+  template <element_type T>
+  [[nodiscard]] T* mutable_device_data() { return data_.mutable_device_data<T>(); }
+  template <element_type T>
+  [[nodiscard]] const T* host_diff() const { return diff_.host_data<T>(); }
+  template <element_type T>
+  [[nodiscard]] T* mutable_host_diff() { return diff_.mutable_host_data<T>(); }
+  template <element_type T>
+  [[nodiscard]] const T* device_diff(stream_view s) const { return diff_.device_data<T>(s); }
+  template <element_type T>
+  [[nodiscard]] const T* device_diff() const { return diff_.device_data<T>(); }
+  template <element_type T>
+  [[nodiscard]] T* mutable_device_diff(stream_view s) { return diff_.mutable_device_data<T>(s); }
+  template <element_type T>
+  [[nodiscard]] T* mutable_device_diff() { return diff_.mutable_device_data<T>(); }
+
+  // ---- sharing and copying ---------------------------------------------------------------
+  /// @brief Makes the data tensor a view of `other`'s data storage (Caffe's
+  /// ShareData). This blob keeps its shape; its capacity becomes that of the
+  /// shared storage. A later reshape past that capacity detaches the data
+  /// again (see tensor::reshape); `other` is never affected by it.
+  /// @throws syncmem::logic_error for another count, dtype or device
+  void share_data(const blob& other);
+  /// @brief The same for the diff tensor (Caffe's ShareDiff).
+  void share_diff(const blob& other);
+  /// @brief Copies `source`'s data (or, with `copy_diff`, its diff) into this
+  /// blob's data (or diff), across devices too. With `reshape_to_fit` a blob of
+  /// another shape is first reshaped like `source`.
+  /// @throws syncmem::logic_error for another shape without `reshape_to_fit`, or another dtype
+  void copy_from(const blob& source, bool copy_diff = false, bool reshape_to_fit = false);
+
+  // ---- math (float32 and float64) ----------------------------------------------------------
+  /// @brief data -= diff (Caffe's Update), where the data's newest side is.
+  /// @throws syncmem::logic_error for a dtype other than float32 and float64
+  void update();
+  /// @brief data -= diff on the device, in order on `s`.
+  void update(stream_view s);
+  /// @brief Sum of |data| (0 for an uninitialized blob).
+  [[nodiscard]] double asum_data() const;
+  [[nodiscard]] double asum_data(stream_view s) const;
+  /// @brief Sum of |diff|.
+  [[nodiscard]] double asum_diff() const;
+  [[nodiscard]] double asum_diff(stream_view s) const;
+  /// @brief Sum of data².
+  [[nodiscard]] double sumsq_data() const;
+  [[nodiscard]] double sumsq_data(stream_view s) const;
+  /// @brief Sum of diff².
+  [[nodiscard]] double sumsq_diff() const;
+  [[nodiscard]] double sumsq_diff(stream_view s) const;
+  /// @brief data *= factor.
+  void scale_data(double factor);
+  void scale_data(double factor, stream_view s);
+  /// @brief diff *= factor.
+  void scale_diff(double factor);
+  void scale_diff(double factor, stream_view s);
+
+  /// @brief "blob: data <tensor::to_string()>; diff <...>".
+  [[nodiscard]] std::string to_string() const;
+
+ private:
+  void check_math(const char* operation) const;
+
+  tensor data_;
+  tensor diff_;
+};
+
+/// @brief Writes blob::to_string().
+std::ostream& operator<<(std::ostream& os, const blob& b);
+
+}  // namespace syncmem

@@ -1,0 +1,397 @@
+#include "syncmem/tensor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "backend.hpp"
+#include "host_math.hpp"
+#include "kernels.hpp"
+#include "syncmem/copy.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem {
+
+namespace {
+
+// Bytes of `count` elements of `type`, checked against synced_memory::max_size().
+std::size_t checked_bytes(dtype type, const shape& s) {
+  const auto count = static_cast<std::uint64_t>(s.count());
+  const std::size_t itemsize = size_of(type);
+  SYNCMEM_EXPECTS(count <= synced_memory::max_size() / itemsize,
+                  fmt::format("tensor of shape {} and dtype {}: {} elements of {} bytes exceed the largest buffer of "
+                              "{} bytes",
+                              s.to_string(), syncmem::to_string(type), count, itemsize, synced_memory::max_size()));
+  return static_cast<std::size_t>(count) * itemsize;
+}
+
+// The options of a storage made like `like` (for a detached or cloned tensor).
+synced_memory_options options_like(const synced_memory& like, device_id device) {
+  synced_memory_options options = like.options();
+  options.label = like.label();
+  if (device != like.device()) options.device_resource = nullptr;  // that resource belongs to the old device
+  return options;
+}
+
+const char* at(const void* p, std::size_t offset) { return static_cast<const char*>(p) + offset; }
+char* at(void* p, std::size_t offset) { return static_cast<char*>(p) + offset; }
+
+// Copies bytes [src_offset, +bytes) of `src` to [dst_offset, +bytes) of `dst`,
+// from the source's newest side to the destination's (see tensor::copy_from).
+// `given` is a stream of dst's device for device-side work, or null.
+void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, std::size_t src_offset,
+                std::size_t bytes, const stream_view* given) {
+  if (bytes == 0) return;
+  const sync_state src_state = src.state();
+  const sync_state dst_state = dst.state();
+  const bool src_on_device =
+      src_state == sync_state::at_device || (src_state == sync_state::synced && dst_state != sync_state::at_host);
+  const bool dst_on_device = dst_state == sync_state::at_device  ? true
+                             : dst_state == sync_state::at_host ? false
+                                                                : src_on_device;
+  if (!src_on_device && !dst_on_device) {
+    const void* sp = src.host_data();
+    void* dp = dst.mutable_host_data();
+    std::memcpy(at(dp, dst_offset), at(sp, src_offset), bytes);
+    return;
+  }
+  const stream_view ds = given != nullptr ? *given : default_stream(dst.device());
+  if (!src_on_device) {
+    // The source's host memory is read asynchronously: wait before a later host write can race.
+    const void* sp = src.host_data();
+    void* dp = dst.mutable_device_data(ds);
+    copy(at(dp, dst_offset), at(sp, src_offset), bytes, ds);
+    return;
+  }
+  if (src.device() == dst.device()) {
+    const void* sp = src.device_data(ds);
+    if (!dst_on_device) {
+      void* dp = dst.mutable_host_data();
+      copy(at(dp, dst_offset), at(sp, src_offset), bytes, ds);  // the host side is complete on return
+      return;
+    }
+    void* dp = dst.mutable_device_data(ds);
+    // Ordered on ds for both buffers (ds is now the last stream of each).
+    transfer pending = copy_async(at(dp, dst_offset), at(sp, src_offset), bytes, ds);
+    return;
+  }
+  // Two devices. Streams cannot wait on another device's events, so the host
+  // waits for the source to be complete, then for the copy.
+  const stream_view ss = default_stream(src.device());
+  const void* sp = src.device_data(ss);
+  ss.synchronize();
+  if (!dst_on_device) {
+    void* dp = dst.mutable_host_data();
+    copy(at(dp, dst_offset), at(sp, src_offset), bytes, ss);
+    return;
+  }
+  void* dp = dst.mutable_device_data(ds);
+  // A CUDA device's memory is only reachable from a CUDA stream.
+  const bool use_source_stream = dst.device().kind() != device_kind::cuda && src.device().kind() == device_kind::cuda;
+  copy(at(dp, dst_offset), at(sp, src_offset), bytes, use_source_stream ? ss : ds);
+}
+
+double element_as_double(dtype type, const void* p, std::size_t i) {
+  switch (type) {
+    case dtype::bool_: return static_cast<const std::uint8_t*>(p)[i] != 0 ? 1.0 : 0.0;
+    case dtype::int8: return static_cast<const std::int8_t*>(p)[i];
+    case dtype::uint8: return static_cast<const std::uint8_t*>(p)[i];
+    case dtype::int16: return static_cast<const std::int16_t*>(p)[i];
+    case dtype::int32: return static_cast<const std::int32_t*>(p)[i];
+    case dtype::int64: return static_cast<double>(static_cast<const std::int64_t*>(p)[i]);
+    case dtype::float16: return static_cast<float>(static_cast<const float16*>(p)[i]);
+    case dtype::bfloat16: return static_cast<float>(static_cast<const bfloat16*>(p)[i]);
+    case syncmem::dtype::float32: return static_cast<const float*>(p)[i];
+    case syncmem::dtype::float64: return static_cast<const double*>(p)[i];
+  }
+  return 0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// construction
+// ---------------------------------------------------------------------------
+
+tensor::tensor(syncmem::dtype type, const syncmem::shape& s, synced_memory_options options)
+    : tensor{type, s, current_device(), std::move(options)} {}
+
+tensor::tensor(syncmem::dtype type, const syncmem::shape& s, device_id device, synced_memory_options options)
+    : shape_{s}, count_{s.count()}, dtype_{type} {
+  storage_ = std::make_shared<synced_memory>(checked_bytes(type, s), device, std::move(options));
+}
+
+tensor::tensor(syncmem::dtype type, const syncmem::shape& s, std::shared_ptr<synced_memory> storage,
+               std::size_t offset)
+    : shape_{s}, offset_{offset}, count_{s.count()}, dtype_{type} {
+  SYNCMEM_EXPECTS(storage != nullptr, fmt::format("tensor of shape {} and dtype {}: the storage is null",
+                                                  s.to_string(), syncmem::to_string(type)));
+  const std::size_t bytes = checked_bytes(type, s);
+  SYNCMEM_EXPECTS(offset % size_of(type) == 0,
+                  fmt::format("tensor of dtype {}: storage offset {} is not a multiple of the element size {}",
+                              syncmem::to_string(type), offset, size_of(type)));
+  SYNCMEM_EXPECTS(bytes <= storage->size() && offset <= storage->size() - bytes,
+                  fmt::format("tensor of shape {} and dtype {}: bytes [{}, {}) do not fit in storage '{}' of {} bytes",
+                              s.to_string(), syncmem::to_string(type), offset, offset + bytes, storage->label(),
+                              storage->size()));
+  storage_ = std::move(storage);
+}
+
+// ---------------------------------------------------------------------------
+// description
+// ---------------------------------------------------------------------------
+
+std::int64_t tensor::capacity() const noexcept {
+  if (!storage_) return 0;
+  const std::size_t capacity = storage_->capacity();
+  return capacity <= offset_ ? 0 : static_cast<std::int64_t>((capacity - offset_) / itemsize());
+}
+
+device_id tensor::device() const {
+  SYNCMEM_EXPECTS(storage_ != nullptr, "a tensor without storage has no device (reshape() gives it storage)");
+  return storage_->device();
+}
+
+const std::string& tensor::label() const noexcept {
+  static const std::string none;
+  return storage_ ? storage_->label() : none;
+}
+
+sync_state tensor::state() const { return storage_ ? storage_->state() : sync_state::uninitialized; }
+
+std::string tensor::describe() const {
+  if (!storage_) return fmt::format("tensor {} {} without storage", syncmem::to_string(dtype_), shape_.to_string());
+  const std::string& label = storage_->label();
+  return fmt::format("tensor '{}' {} {} on {}", label.empty() ? std::string{"unlabelled"} : label,
+                     syncmem::to_string(dtype_), shape_.to_string(), syncmem::to_string(storage_->device()));
+}
+
+std::string tensor::to_string() const {
+  if (!storage_) return describe();
+  std::string text = fmt::format("{}, {}", describe(), syncmem::to_string(storage_->state()));
+  if (offset_ != 0 || nbytes() != storage_->size()) {
+    text += fmt::format(", bytes [{}, {}) of a storage of {}", offset_, offset_ + nbytes(), storage_->size());
+  }
+  if (capacity() > count_) text += fmt::format(", capacity {}", capacity());
+  return text;
+}
+
+std::ostream& operator<<(std::ostream& os, const tensor& t) { return os << t.to_string(); }
+
+void tensor::throw_type_mismatch(syncmem::dtype asked, const char* accessor) const {
+  SYNCMEM_FAIL(fmt::format("{}: {}<{}>() asks for {} elements, but the tensor's dtype is {}", describe(), accessor,
+                           syncmem::to_string(asked), syncmem::to_string(asked), syncmem::to_string(dtype_)));
+}
+
+// ---------------------------------------------------------------------------
+// access
+// ---------------------------------------------------------------------------
+
+const void* tensor::host_data() const {
+  if (!storage_) return nullptr;
+  const void* p = storage_->host_data();
+  return p == nullptr ? nullptr : at(p, offset_);
+}
+
+void* tensor::mutable_host_data() {
+  if (!storage_) return nullptr;
+  void* p = storage_->mutable_host_data();
+  return p == nullptr ? nullptr : at(p, offset_);
+}
+
+const void* tensor::device_data(stream_view s) const {
+  if (!storage_) return nullptr;
+  const void* p = storage_->device_data(s);
+  return p == nullptr ? nullptr : at(p, offset_);
+}
+
+const void* tensor::device_data() const {
+  if (!storage_) return nullptr;
+  const void* p = storage_->device_data();
+  return p == nullptr ? nullptr : at(p, offset_);
+}
+
+void* tensor::mutable_device_data(stream_view s) {
+  if (!storage_) return nullptr;
+  void* p = storage_->mutable_device_data(s);
+  return p == nullptr ? nullptr : at(p, offset_);
+}
+
+void* tensor::mutable_device_data() {
+  if (!storage_) return nullptr;
+  void* p = storage_->mutable_device_data();
+  return p == nullptr ? nullptr : at(p, offset_);
+}
+
+void tensor::prefetch_to_device(stream_view s) const {
+  if (storage_) storage_->prefetch_to_device(s);
+}
+
+void tensor::prefetch_to_host() const {
+  if (storage_) storage_->prefetch_to_host();
+}
+
+void tensor::synchronize() const {
+  if (storage_) storage_->synchronize();
+}
+
+// ---------------------------------------------------------------------------
+// views
+// ---------------------------------------------------------------------------
+
+tensor tensor::view(const syncmem::shape& s) const {
+  SYNCMEM_EXPECTS(storage_ != nullptr,
+                  fmt::format("{}: view{} of a tensor without storage", describe(), s.to_string()));
+  SYNCMEM_EXPECTS(s.count() == count_, fmt::format("{}: view{} has {} elements; a view must keep the count of {}",
+                                                   describe(), s.to_string(), s.count(), count_));
+  tensor v{*this};
+  v.shape_ = s;
+  v.reallocations_ = 0;
+  return v;
+}
+
+tensor tensor::slice(std::int64_t begin, std::int64_t end) const {
+  SYNCMEM_EXPECTS(num_axes() >= 1, fmt::format("{}: slice({}, {}) needs a first axis; the tensor has none", describe(),
+                                               begin, end));
+  const std::int64_t rows = shape_[0];
+  SYNCMEM_EXPECTS(begin >= 0 && begin <= end && end <= rows,
+                  fmt::format("{}: slice({}, {}) is out of range: it needs 0 <= begin <= end <= {}", describe(), begin,
+                              end, rows));
+  const std::int64_t row = shape_.count(1);
+  tensor v{*this};
+  v.shape_ = shape_.with_extent(0, end - begin);
+  v.count_ = v.shape_.count();
+  v.offset_ = offset_ + static_cast<std::size_t>(begin * row) * itemsize();
+  v.reallocations_ = 0;
+  return v;
+}
+
+tensor tensor::clone() const { return storage_ ? clone(storage_->device()) : tensor{dtype_}; }
+
+tensor tensor::clone(device_id target) const {
+  if (!storage_) return tensor{dtype_};
+  tensor copy{dtype_, shape_, target, options_like(*storage_, target)};
+  copy.copy_from(*this);
+  return copy;
+}
+
+// ---------------------------------------------------------------------------
+// reshape
+// ---------------------------------------------------------------------------
+
+void tensor::reshape(const syncmem::shape& s, resize_mode mode) {
+  const std::size_t bytes = checked_bytes(dtype_, s);
+  if (!storage_) {
+    storage_ = std::make_shared<synced_memory>(bytes, current_device());
+    offset_ = 0;
+    if (bytes > 0) ++reallocations_;
+  } else if (s != shape_ || mode == resize_mode::discard) {
+    // A storage shared with no one, viewed from its start, may be resized to fit.
+    const bool alone = storage_.use_count() == 1 && offset_ == 0;
+    const bool within_capacity = bytes <= storage_->capacity() - offset_;
+    if (alone) {
+      storage_->resize(bytes, mode);  // in place; grows past capacity only when it must
+    } else if (within_capacity) {
+      // Never shrink what others may view; grow (within capacity) past the end only.
+      if (offset_ + bytes > storage_->size()) storage_->resize(offset_ + bytes, resize_mode::keep);
+    } else {
+      // Detach: a storage of our own; the other views keep theirs untouched.
+      const device_id device = storage_->device();
+      auto fresh = std::make_shared<synced_memory>(bytes, device, options_like(*storage_, device));
+      if (mode == resize_mode::keep && storage_->state() != sync_state::uninitialized) {
+        copy_range(*fresh, 0, *storage_, offset_, std::min(bytes, nbytes()), nullptr);
+      }
+      storage_ = std::move(fresh);
+      offset_ = 0;
+    }
+    if (!within_capacity) ++reallocations_;
+  }
+  shape_ = s;
+  count_ = s.count();
+}
+
+// ---------------------------------------------------------------------------
+// contents
+// ---------------------------------------------------------------------------
+
+void tensor::copy_from(const tensor& source) { copy_impl(source, nullptr); }
+void tensor::copy_from(const tensor& source, stream_view s) { copy_impl(source, &s); }
+
+void tensor::copy_impl(const tensor& source, const stream_view* s) {
+  SYNCMEM_EXPECTS(source.dtype_ == dtype_ && source.shape_ == shape_ && source.count_ == count_,
+                  fmt::format("{}: copy_from needs a source of the same dtype and shape; the source is {}", describe(),
+                              source.describe()));
+  if (s != nullptr) {
+    SYNCMEM_EXPECTS(storage_ == nullptr || s->device() == storage_->device(),
+                    fmt::format("{}: copy_from was given a stream of {}; it must belong to the destination's device",
+                                describe(), syncmem::to_string(s->device())));
+  }
+  if (count_ == 0) return;
+  if (source.storage_ == storage_) {
+    if (source.offset_ == offset_) return;  // the same elements
+    const bool disjoint = source.offset_ + nbytes() <= offset_ || offset_ + nbytes() <= source.offset_;
+    SYNCMEM_EXPECTS(disjoint, fmt::format("{}: copy_from a view that overlaps it (bytes [{}, {}) into [{}, {}) of "
+                                          "one storage)",
+                                          describe(), source.offset_, source.offset_ + nbytes(), offset_,
+                                          offset_ + nbytes()));
+  }
+  copy_range(*storage_, offset_, *source.storage_, source.offset_, nbytes(), s);
+}
+
+void tensor::fill_bits(std::uint64_t bits, const stream_view* s) {
+  if (count_ == 0) return;
+  const sync_state state = storage_->state();
+  const auto n = static_cast<std::size_t>(count_);
+  if (s == nullptr && (state == sync_state::at_host || state == sync_state::uninitialized)) {
+    detail::host_math::fill(mutable_host_data(), n, itemsize(), bits);
+    return;
+  }
+  const stream_view stream = s != nullptr ? *s : default_stream(storage_->device());
+  void* p = mutable_device_data(stream);
+  device_guard guard{stream.device()};
+  detail::kernels_for(stream.device().kind()).fill(stream, p, n, itemsize(), bits);
+}
+
+void tensor::zero() { zero_bytes(nullptr); }
+void tensor::zero(stream_view s) { zero_bytes(&s); }
+
+void tensor::zero_bytes(const stream_view* s) {
+  if (count_ == 0) return;
+  const sync_state state = storage_->state();
+  if (s == nullptr && (state == sync_state::at_host || state == sync_state::uninitialized)) {
+    std::memset(mutable_host_data(), 0, nbytes());
+    return;
+  }
+  const stream_view stream = s != nullptr ? *s : default_stream(storage_->device());
+  void* p = mutable_device_data(stream);
+  device_guard guard{stream.device()};
+  detail::backend_for(stream.device())
+      .memset_async(p, 0, nbytes(), stream.device().index(), stream.native_handle());
+}
+
+bool allclose(const tensor& a, const tensor& b, double rtol, double atol, bool equal_nan) {
+  if (a.shape() != b.shape() || a.count() != b.count()) return false;
+  if (a.count() == 0) return true;
+  const void* pa = a.host_data();
+  const void* pb = b.host_data();
+  const auto n = static_cast<std::size_t>(a.count());
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = element_as_double(a.dtype(), pa, i);
+    const double y = element_as_double(b.dtype(), pb, i);
+    if (std::isnan(x) || std::isnan(y)) {
+      if (equal_nan && std::isnan(x) && std::isnan(y)) continue;
+      return false;
+    }
+    if (x == y) continue;  // equal infinities too
+    if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) return false;
+  }
+  return true;
+}
+
+}  // namespace syncmem
