@@ -188,6 +188,24 @@ TYPED_TEST(SyncedMemory, PrefetchesDoNotBlockAndAreNeverClaimedSyncedEarly) {
   EXPECT_EQ(m.counters().to_device_copies, 1U);
 }
 
+// A device access returns a pointer that is up to date in order on its stream:
+// the state says synced at once, though the upload may still be queued (and a
+// host write waits for it).
+TYPED_TEST(SyncedMemory, ADeviceAccessIsSyncedInStreamOrderAtOnce) {
+  test::scoped_emulated_delay delay{std::chrono::microseconds{100}};
+  const std::size_t n = 4096;
+  const auto seed = test::fresh_seed();
+  stream s{this->dev()};
+  synced_memory m{n, this->dev()};
+  std::memcpy(m.mutable_host_data(), pattern(seed, n).data(), n);
+  test::device_sleep(s, std::chrono::milliseconds{50});
+  const void* d = m.device_data(s);
+  EXPECT_EQ(m.state(), sync_state::synced);
+  EXPECT_FALSE(m.ready());  // the upload waits behind the sleep
+  std::memset(m.mutable_host_data(), 0, n);  // waits for the upload
+  EXPECT_EQ(read_device(s, d, n), pattern(seed, n));
+}
+
 TYPED_TEST(SyncedMemory, AStreamDestroyedAfterUseIsNotUsedAgain) {
   const std::size_t n = 4096;
   const auto seed = test::fresh_seed();

@@ -97,11 +97,13 @@ struct transfer_counters {
 /// stream of its last device-side use: device access on another stream makes
 /// that stream wait on an event recorded on the previous one (no host
 /// blocking), and a host access that needs the device's contents copies them
-/// in order on that stream and waits for exactly that copy. Prefetches start
-/// copies without blocking; a copy in flight is tracked, so the state is never
-/// claimed `synced` before the copy has completed, and an access that would
-/// race with it (e.g. a host write while an upload still reads the host side)
-/// waits for it first.
+/// in order on that stream and waits for exactly that copy. A device access
+/// returns at once: the pointer is up to date in order on its stream, and the
+/// state is `synced`. Prefetches start copies without blocking and are not
+/// claimed `synced` before their copy has completed (Caffe's async_gpu_push
+/// was). Every copy in flight is tracked, and an access that would race with
+/// it (e.g. a host write while an upload still reads the host side) waits for
+/// it first.
 ///
 /// Capacity. `resize()` is grow-only: it reallocates only when the new size
 /// exceeds the capacity, copying only the newest side.
@@ -230,7 +232,7 @@ class synced_memory {
   void wait_for_copy() const;
   void finish_copy_if_done() const;
   void to_host(bool for_write);
-  void to_device(stream_view s);
+  void to_device(stream_view s, bool prefetch);
   void start_copy(void* dst, const void* src, std::size_t bytes, stream_view s, in_flight direction);
   [[nodiscard]] side allocate_host(std::size_t bytes) const;
   [[nodiscard]] side allocate_device(std::size_t bytes, stream_view s) const;
@@ -258,6 +260,7 @@ class synced_memory {
   std::string label_;
   synced_memory_options options_;
   mutable sync_state state_before_copy_ = sync_state::uninitialized;
+  bool prefetch_in_flight_ = false;  // a prefetch is not claimed synced before its copy is done
   mutable transfer copy_;                     // the copy in flight, if any
   mutable std::optional<event> order_event_;  // orders a stream after the last one
   transfer_counters counters_;

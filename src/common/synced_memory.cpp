@@ -86,6 +86,7 @@ void synced_memory::steal(synced_memory& other) noexcept {
   label_ = other.label_;  // the source keeps its label for the error it gives when used
   options_ = other.options_;
   state_before_copy_ = other.state_before_copy_;
+  prefetch_in_flight_ = other.prefetch_in_flight_;
   copy_ = std::move(other.copy_);
   order_event_ = std::move(other.order_event_);
   other.order_event_.reset();
@@ -144,7 +145,7 @@ const void* synced_memory::device_data(stream_view s) {
       last_stream_ == s.native_handle() && s.device() == device_) [[likely]] {
     return device_side_.ptr;
   }
-  to_device(s);
+  to_device(s, false);
   return device_side_.ptr;
 }
 
@@ -156,13 +157,13 @@ void* synced_memory::mutable_device_data(stream_view s) {
     state_ = sync_state::at_device;
     return device_side_.ptr;
   }
-  to_device(s);
+  to_device(s, false);
   if (state_ != sync_state::uninitialized) state_ = sync_state::at_device;  // an empty buffer stays so
   return device_side_.ptr;
 }
 
-void synced_memory::prefetch_to_device(stream_view s) { to_device(s); }
-void synced_memory::prefetch_to_device() { to_device(default_device_stream()); }
+void synced_memory::prefetch_to_device(stream_view s) { to_device(s, true); }
+void synced_memory::prefetch_to_device() { to_device(default_device_stream(), true); }
 
 void synced_memory::prefetch_to_host(stream_view s) {
   check_usable();
@@ -174,6 +175,7 @@ void synced_memory::prefetch_to_host(stream_view s) {
   if (host_.ptr == nullptr) host_ = allocate_host(capacity_);
   start_copy(host_.ptr, device_side_.ptr, size_, s, in_flight::to_host);
   state_before_copy_ = sync_state::at_device;
+  prefetch_in_flight_ = true;
   state_ = sync_state::synced;
 }
 
@@ -194,7 +196,9 @@ sync_state synced_memory::state() const {
   finish_copy_if_done();
   // While a prefetch is in flight the buffer is not yet synced: report the side
   // that was newest before it. A later write made its side newest regardless.
-  if (in_flight_ != in_flight::none && state_ == sync_state::synced) return state_before_copy_;
+  if (in_flight_ != in_flight::none && prefetch_in_flight_ && state_ == sync_state::synced) {
+    return state_before_copy_;
+  }
   return state_;
 }
 
@@ -230,7 +234,7 @@ void synced_memory::to_host(bool for_write) {
   if (for_write && state_ != sync_state::uninitialized) state_ = sync_state::at_host;
 }
 
-void synced_memory::to_device(stream_view s) {
+void synced_memory::to_device(stream_view s, bool prefetch) {
   check_usable();
   check_stream(s);
   device_guard guard{device_};
@@ -248,6 +252,7 @@ void synced_memory::to_device(stream_view s) {
       if (device_side_.ptr == nullptr) device_side_ = allocate_device(capacity_, s);
       start_copy(device_side_.ptr, host_.ptr, size_, s, in_flight::to_device);
       state_before_copy_ = sync_state::at_host;
+      prefetch_in_flight_ = prefetch;
       state_ = sync_state::synced;
       break;
     case sync_state::at_device:
@@ -259,6 +264,7 @@ void synced_memory::to_device(stream_view s) {
 void synced_memory::start_copy(void* dst, const void* src, std::size_t bytes, stream_view s, in_flight direction) {
   wait_for_copy();
   // The buffer knows both kinds: the engine need not ask the driver about the pointers.
+  prefetch_in_flight_ = false;
   copy_ = direction == in_flight::to_host ? detail::copy_async_known(dst, host_.kind, src, memory_kind::device, bytes, s)
                                           : detail::copy_async_known(dst, memory_kind::device, src, host_.kind, bytes, s);
   in_flight_ = direction;
