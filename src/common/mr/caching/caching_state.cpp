@@ -724,15 +724,19 @@ void caching_state::throw_out_of_memory(std::size_t bytes, std::size_t key) {
   using syncmem::detail::format_bytes;
   if (bytes > max_request) {
     info.hint = "the request is larger than any device's memory";
-  } else if (limit_hit_) {
-    info.hint = fmt::format("the limit of {} on this resource (limit_mb in SYNCMEM_ALLOC_CONF, or set_limit) would "
-                            "be passed",
-                            format_bytes(limit));
-  } else if (cached >= key && largest < key) {
-    info.hint = fmt::format("fragmentation: {} of cached memory is free, but in pieces no larger than {}; "
-                            "growable segments (SYNCMEM_ALLOC_CONF=expandable:1) avoid this, and max_split_mb "
-                            "keeps large blocks whole for large requests",
-                            format_bytes(cached), format_bytes(largest));
+  } else {
+    if (cached >= key && largest < key) {
+      info.hint = fmt::format("fragmentation: {} of cached memory is free, but in pieces no larger than {}; "
+                              "growable segments (SYNCMEM_ALLOC_CONF=expandable:1) avoid this, and max_split_mb "
+                              "keeps large blocks whole for large requests",
+                              format_bytes(cached), format_bytes(largest));
+    }
+    if (limit_hit_) {
+      if (!info.hint.empty()) info.hint += "; ";
+      info.hint += fmt::format("the limit of {} on this resource (limit_mb in SYNCMEM_ALLOC_CONF, or set_limit) "
+                               "would be passed",
+                               format_bytes(limit));
+    }
   }
   throw out_of_memory{std::move(info)};
 }
