@@ -584,6 +584,22 @@ TYPED_TEST(caching_test, GrowableSegmentsReuseIdlePagesInsteadOfGrowing) {
   EXPECT_EQ(st.cached_bytes, 0U);
 }
 
+TYPED_TEST(caching_test, GrowingGivesBackSegmentsThatCannotServe) {
+  for (const bool release : {true, false}) {
+    auto r = this->make(release ? "thread_cache_mb:0" : "thread_cache_mb:0,release_before_grow:0");
+    stream s{this->device_};
+    void* small = r->allocate(100, s);  // a small segment, in use: never released
+    void* a = r->allocate(8 * MiB, s);
+    r->deallocate(a, 8 * MiB, s);
+    void* b = r->allocate(20 * MiB, s);  // the free 8 MiB segment cannot serve it
+    const auto st = r->statistics();
+    EXPECT_EQ(st.reserved_bytes, 2 * MiB + (release ? 20 : 28) * MiB) << "release_before_grow:" << release;
+    EXPECT_EQ(st.peak_reserved_bytes, 2 * MiB + 28 * MiB - (release ? 8 * MiB : 0));
+    r->deallocate(b, 20 * MiB, s);
+    r->deallocate(small, 100, s);
+  }
+}
+
 TYPED_TEST(caching_test, MaxSplitKeepsOversizeBlocksWhole) {
   auto r = this->make("max_split_mb:4,thread_cache_mb:0");
   stream s{this->device_};

@@ -23,6 +23,7 @@ namespace syncmem::mr {
 /// | `expandable`      | 0, 1, false, true              | expandable |
 /// | `limit_mb`        | MiB (1..1073741824) or unlimited | limit |
 /// | `thread_cache_mb` | MiB (0..65536)                 | thread_cache_size |
+/// | `release_before_grow` | 0, 1, false, true          | release_before_grow |
 ///
 /// e.g. `SYNCMEM_ALLOC_CONF=max_split_mb:256,expandable:1,limit_mb:4096`.
 struct caching_options {
@@ -42,6 +43,13 @@ struct caching_options {
   /// @brief Bytes of freed blocks each thread may keep for its own reuse
   /// without taking the resource's lock (0 turns per-thread caches off).
   std::size_t thread_cache_size = std::size_t{256} << 20;
+  /// @brief Before reserving more memory, give back the cached memory that
+  /// cannot serve the request: wholly free segments too small for it, or
+  /// (growable range) idle pages, which are moved to where the range grows.
+  /// Keeps the footprint near what is in use, at the cost of a device
+  /// synchronisation each time the pool grows (never in a steady loop). Off,
+  /// cached memory is given back only when memory runs out or on empty_cache().
+  bool release_before_grow = true;
 
   /// @brief Parses `text` (see the class comment). `source` names where the
   /// text came from in error messages.
@@ -55,7 +63,7 @@ struct caching_options {
   [[nodiscard]] static std::optional<std::string> environment_text();
 
   /// @brief Every key with its value, in a form parse() reads back:
-  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256".
+  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1".
   [[nodiscard]] std::string to_string() const;
 
   friend bool operator==(const caching_options&, const caching_options&) = default;

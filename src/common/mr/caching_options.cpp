@@ -13,7 +13,7 @@ namespace syncmem::mr {
 namespace {
 
 constexpr const char* environment_variable = "SYNCMEM_ALLOC_CONF";
-constexpr const char* known_keys = "max_split_mb, expandable, limit_mb, thread_cache_mb";
+constexpr const char* known_keys = "max_split_mb, expandable, limit_mb, thread_cache_mb, release_before_grow";
 constexpr std::uint64_t max_split_mb_max = std::uint64_t{1} << 24;
 constexpr std::uint64_t limit_mb_max = std::uint64_t{1} << 30;
 constexpr std::uint64_t thread_cache_mb_max = 65536;
@@ -59,6 +59,13 @@ caching_options caching_options::parse(std::string_view text, std::string_view s
     }
     return static_cast<std::size_t>(*n) << 20;
   };
+  auto boolean = [&](std::string_view key, std::string_view value) {
+    if (value == "1" || value == "true") return true;
+    if (value != "0" && value != "false") {
+      reject(source, text, fmt::format("the value '{}' of {} is not 0, 1, false or true", value, key));
+    }
+    return false;
+  };
   std::string_view rest = text;
   if (trim(rest).empty()) return o;
   while (true) {
@@ -75,13 +82,9 @@ caching_options caching_options::parse(std::string_view text, std::string_view s
     if (key == "max_split_mb") {
       o.max_split_size = mib(key, value, 1, max_split_mb_max, true).value_or(std::numeric_limits<std::size_t>::max());
     } else if (key == "expandable") {
-      if (value == "1" || value == "true") {
-        o.expandable = true;
-      } else if (value == "0" || value == "false") {
-        o.expandable = false;
-      } else {
-        fail(fmt::format("the value '{}' of expandable is not 0, 1, false or true", value));
-      }
+      o.expandable = boolean(key, value);
+    } else if (key == "release_before_grow") {
+      o.release_before_grow = boolean(key, value);
     } else if (key == "limit_mb") {
       o.limit = mib(key, value, 1, limit_mb_max, true);
     } else if (key == "thread_cache_mb") {
@@ -108,8 +111,9 @@ caching_options caching_options::from_environment() {
 }
 
 std::string caching_options::to_string() const {
-  return fmt::format("max_split_mb:{},expandable:{},limit_mb:{},thread_cache_mb:{}", mib_text(max_split_size),
-                     expandable ? 1 : 0, mib_text(limit), mib_text(thread_cache_size));
+  return fmt::format("max_split_mb:{},expandable:{},limit_mb:{},thread_cache_mb:{},release_before_grow:{}",
+                     mib_text(max_split_size), expandable ? 1 : 0, mib_text(limit), mib_text(thread_cache_size),
+                     release_before_grow ? 1 : 0);
 }
 
 }  // namespace syncmem::mr

@@ -633,6 +633,10 @@ caching_state::block* caching_state::free_block(block* b, stream_pool& pool) noe
 caching_state::block* caching_state::grow(pool_kind kind, std::size_t key, stream_pool& pool, stream_view s) {
   if (kind == pool_kind::large && growable_ready()) return grow_growable(key, pool);
   const std::size_t size = kind == pool_kind::small ? small_segment_size : round_up(key, large_segment_round);
+  // Wholly free segments could not serve this request (or it would have had
+  // them): give them back first, so that the footprint is exchanged rather
+  // than added to. Costs a device synchronisation, only when growing.
+  if (kind == pool_kind::large && options_.release_before_grow) release_idle_segments(size);
   if (exceeds_limit(size)) {
     limit_hit_ = true;
     return nullptr;
@@ -938,37 +942,56 @@ std::size_t caching_state::release_free(std::size_t max_cached_bytes) {
   std::size_t released = 0;
   if (free_bytes() <= max_cached_bytes) return 0;
   if (range_ != nullptr) released += reclaim_pages(free_bytes() - max_cached_bytes, /*keep_handles=*/false);
-  bool synchronized = false;
-  for (auto it = segments_.begin(); it != segments_.end() && free_bytes() > max_cached_bytes;) {
-    segment& seg = *it->second;
+  for (auto* seg : idle_segments()) {
+    if (free_bytes() <= max_cached_bytes) break;
+    released += drop_segment(*seg);
+  }
+  return released;
+}
+
+std::size_t caching_state::release_idle_segments(std::size_t wanted) {
+  std::size_t released = 0;
+  for (auto* seg : idle_segments()) {
+    if (released >= wanted) break;
+    // Oversize blocks (max_split_mb) are kept for the large requests they serve.
+    if (seg->kind == pool_kind::large && seg->size > options_.max_split_size) continue;
+    released += drop_segment(*seg);
+  }
+  return released;
+}
+
+std::vector<segment*> caching_state::idle_segments() const {
+  std::vector<segment*> idle;
+  for (const auto& [base, seg] : segments_) {
     bool all_free = true;
-    for (block* b = seg.first; b != nullptr; b = b->next) {
+    for (const block* b = seg->first; b != nullptr; b = b->next) {
       if (b->status != block_status::free) {
         all_free = false;
         break;
       }
     }
-    if (!all_free) {
-      ++it;
-      continue;
-    }
-    if (upstream_ != nullptr && !synchronized) {
-      // cudaFree waits for the device; an upstream may not: work freed on
-      // streams may still use the memory.
-      device_guard guard{device_};
-      backend_.synchronize_device(index_);
-      synchronized = true;
-    }
-    for (block* b = seg.first; b != nullptr;) {
-      block* const next = b->next;
-      b->owner->index(seg.kind).remove(b);
-      blocks_.release(b);
-      b = next;
-    }
-    seg.first = nullptr;
-    released += release_segment(seg);
-    it = segments_.erase(it);
+    if (all_free) idle.push_back(seg.get());
   }
+  std::sort(idle.begin(), idle.end(), [](const segment* a, const segment* b) { return a->size > b->size; });
+  return idle;
+}
+
+std::size_t caching_state::drop_segment(segment& seg) {
+  if (upstream_ != nullptr) {
+    // cudaFree waits for the device; an upstream may not: work freed on
+    // streams may still use the memory.
+    device_guard guard{device_};
+    backend_.synchronize_device(index_);
+  }
+  for (block* b = seg.first; b != nullptr;) {
+    block* const next = b->next;
+    b->owner->index(seg.kind).remove(b);
+    blocks_.release(b);
+    b = next;
+  }
+  seg.first = nullptr;
+  const std::size_t released = release_segment(seg);
+  segments_.erase(seg.base);
   return released;
 }
 
@@ -1227,30 +1250,43 @@ bool caching_state::growable_ready() {
 
 caching_state::block* caching_state::grow_growable(std::size_t key, stream_pool& pool) {
   const std::size_t page = page_size_;
-  const std::size_t most = round_up(key, page);
-  // Pages idle elsewhere in the range are moved rather than new memory made.
-  if (spare_pages_.size() * page < most) {
-    reclaim_pages(most - spare_pages_.size() * page, /*keep_handles=*/true, &pool);
-  }
-
   // Where: after a free block of this pool, growing it; else at the start of
   // the hole that needs the fewest pages (the smallest, among equals).
   block* hole = nullptr;
+  block* extended = nullptr;
   std::size_t need = 0;
-  for (block* u : unmapped_) {
-    block* const before = u->prev;
-    const bool extend = before != nullptr && before->status == block_status::free && before->owner == &pool;
-    const std::size_t have = extend ? before->size : 0;
-    if (extend && have >= key) {  // fits already (missed by the index's bounded scan)
-      pool.large.remove(before);
-      split(before, key, pool, pool_kind::large);
-      return before;
+  auto choose = [&]() -> block* {
+    hole = extended = nullptr;
+    need = 0;
+    for (block* u : unmapped_) {
+      block* const before = u->prev;
+      const bool extend = before != nullptr && before->status == block_status::free && before->owner == &pool;
+      const std::size_t have = extend ? before->size : 0;
+      if (extend && have >= key) return before;  // fits already (missed by the index's bounded scan)
+      const std::size_t n = round_up(key - have, page);
+      if (n > u->size) continue;
+      if (hole == nullptr || n < need) {
+        hole = u;
+        extended = extend ? before : nullptr;
+        need = n;
+      }
     }
-    const std::size_t n = round_up(key - have, page);
-    if (n > u->size) continue;
-    if (hole == nullptr || n < need) {
-      hole = u;
-      need = n;
+    return nullptr;
+  };
+  auto take_whole = [&](block* b) {
+    pool.large.remove(b);
+    split(b, key, pool, pool_kind::large);
+    return b;
+  };
+  if (block* fits = choose()) return take_whole(fits);
+  // Pages idle elsewhere in the range move here rather than new memory being
+  // made. That only widens the holes, so the choice made again is as good.
+  const std::size_t wanted = hole != nullptr ? need : round_up(key, page);
+  if (options_.release_before_grow && spare_pages_.size() * page < wanted) {
+    reclaim_pages(wanted - spare_pages_.size() * page, /*keep_handles=*/true, extended);
+    if (block* fits = choose()) {
+      release_spares();
+      return take_whole(fits);
     }
   }
   if (hole == nullptr) {
@@ -1331,15 +1367,14 @@ caching_state::block* caching_state::grow_growable(std::size_t key, stream_pool&
   return b;
 }
 
-std::size_t caching_state::reclaim_pages(std::size_t wanted, bool keep_handles, const stream_pool* growing) {
+std::size_t caching_state::reclaim_pages(std::size_t wanted, bool keep_handles, const block* keep_whole) {
   if (range_ == nullptr || wanted == 0) return 0;
   const std::size_t page = page_size_;
   std::vector<block*> candidates;
   std::size_t reclaimable = 0;
   for (block* b = range_->first; b != nullptr; b = b->next) {
     if (b->status != block_status::free) continue;
-    // The block that growth would extend keeps its pages.
-    if (b->owner == growing && b->next != nullptr && b->next->status == block_status::unmapped) continue;
+    if (b == keep_whole) continue;  // the block that growth extends
     const std::size_t start = round_up(b->ptr, page);
     const std::size_t end = round_down(b->end(), page);
     if (end > start) {

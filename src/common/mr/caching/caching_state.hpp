@@ -129,6 +129,9 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   void wait_pending();
   bool merge_into_idle(stream_pool& retired) noexcept;
   std::size_t release_free(std::size_t max_cached_bytes);
+  std::size_t release_idle_segments(std::size_t wanted);
+  [[nodiscard]] std::vector<caching::segment*> idle_segments() const;
+  std::size_t drop_segment(caching::segment& seg);
   std::size_t release_segment(caching::segment& seg) noexcept;
   void order_after(CUstream_st* other, stream_view s);
   [[nodiscard]] bool exceeds_limit(std::size_t more) const noexcept;
@@ -150,7 +153,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   // ---- growable range ----
   [[nodiscard]] bool growable_ready();
   block* grow_growable(std::size_t key, stream_pool& pool);
-  std::size_t reclaim_pages(std::size_t wanted, bool keep_handles, const stream_pool* growing = nullptr);
+  std::size_t reclaim_pages(std::size_t wanted, bool keep_handles, const block* keep_whole = nullptr);
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
   void add_unmapped(block* m);
   void release_spares() noexcept;
