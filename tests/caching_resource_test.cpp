@@ -568,6 +568,7 @@ TYPED_TEST(caching_test, GrowableSegmentsReuseIdlePagesInsteadOfGrowing) {
   const auto seed3 = fresh_seed();
   device_fill_pattern(s, third, 30 * MiB, seed3);
   EXPECT_TRUE(holds_pattern(memory_kind::device, s, third, 30 * MiB, seed3));
+  EXPECT_EQ(st.segments, 1U) << "the growable range counts once";
   const auto snap = r->snapshot();
   for (const auto& seg : snap.segments) {
     if (seg.size > MiB * 2) {
@@ -582,6 +583,7 @@ TYPED_TEST(caching_test, GrowableSegmentsReuseIdlePagesInsteadOfGrowing) {
   st = r->statistics();
   EXPECT_EQ(st.reserved_bytes, 0U);
   EXPECT_EQ(st.cached_bytes, 0U);
+  EXPECT_EQ(st.segments, 0U);
 }
 
 TYPED_TEST(caching_test, GrowingGivesBackSegmentsThatCannotServe) {

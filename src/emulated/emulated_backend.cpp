@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <charconv>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -47,6 +48,10 @@ struct device_state {
   std::atomic<std::size_t> used{0};
   std::mutex streams_mutex;
   std::unordered_set<worker_stream*> streams;
+  // Streams that synchronize_device is waiting for, and how many times: they
+  // are not deleted until released (destroy_stream waits).
+  std::unordered_map<worker_stream*, int> pinned;
+  std::condition_variable unpinned;
   std::once_flag default_stream_once;
   worker_stream* default_stream = nullptr;  // never destroyed
   std::once_flag peers_once;
@@ -187,10 +192,26 @@ class backend_impl final : public backend {
       std::lock_guard lock{d.streams_mutex};
       streams.assign(d.streams.begin(), d.streams.end());
       if (d.default_stream != nullptr) streams.push_back(d.default_stream);
+      for (auto* s : streams) ++d.pinned[s];
     }
-    // A stream is destroyed only by its owner, who cannot be destroying it
-    // while also synchronizing the device it uses: the pointers stay valid.
-    for (auto* s : streams) s->synchronize();
+    // Another thread may destroy one of these streams meanwhile: pinned, it
+    // stays until released here.
+    auto release = [&d, &streams] {
+      {
+        std::lock_guard lock{d.streams_mutex};
+        for (auto* s : streams) {
+          if (--d.pinned[s] == 0) d.pinned.erase(s);
+        }
+      }
+      d.unpinned.notify_all();
+    };
+    try {
+      for (auto* s : streams) s->synchronize();
+    } catch (...) {
+      release();
+      throw;
+    }
+    release();
   }
 
   void make_current(int) override {}
@@ -396,8 +417,9 @@ class backend_impl final : public backend {
     auto* s = reinterpret_cast<worker_stream*>(handle);
     auto& d = device(index);
     {
-      std::lock_guard lock{d.streams_mutex};
+      std::unique_lock lock{d.streams_mutex};
       d.streams.erase(s);
+      d.unpinned.wait(lock, [&] { return d.pinned.find(s) == d.pinned.end(); });
     }
     delete s;  // runs what is queued first
   }

@@ -31,7 +31,10 @@ enum class block_status : std::uint8_t {
 struct segment;
 struct stream_pool;
 
-struct block {
+// Aligned to a cache line: the fast path writes the atomic fields of the
+// blocks its thread holds, and blocks held by different threads must not
+// share a line.
+struct alignas(64) block {
   std::uintptr_t ptr = 0;
   std::size_t size = 0;
   segment* seg = nullptr;

@@ -1110,7 +1110,7 @@ caching_statistics caching_state::statistics() {
   s.cache_misses = misses_;
   s.splits = splits_;
   s.merges = merges_;
-  s.segments = segments_.size() + (range_ != nullptr && reserved_ > 0 ? 1 : 0);
+  s.segments = segments_.size() + (mapped_pages_ > 0 ? 1 : 0);
   s.segment_allocations = segment_allocations_;
   s.segment_releases = segment_releases_;
   s.stream_waits = stream_waits_;
@@ -1338,6 +1338,7 @@ caching_state::block* caching_state::grow_growable(std::size_t key, stream_pool&
       backend_.vmm_map(index_, reinterpret_cast<void*>(at + mapped * page), page, handles[mapped]);
       pages_[first_page + mapped] = handles[mapped];
     }
+    mapped_pages_ += count;
   } catch (...) {
     for (std::size_t i = 0; i < mapped; ++i) {
       backend_.vmm_unmap(index_, reinterpret_cast<void*>(at + i * page), page);
@@ -1447,6 +1448,7 @@ std::size_t caching_state::unmap_pages(block* b, std::size_t wanted, bool keep_h
     backend_.vmm_unmap(index_, reinterpret_cast<void*>(address), page);
     const auto handle = pages_[slot];
     pages_[slot] = 0;
+    --mapped_pages_;
     if (keep_handles) {
       spare_pages_.push_back(handle);
     } else {

@@ -206,6 +206,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   std::size_t page_size_ = 0;
   std::vector<syncmem::detail::physical_handle> pages_;  // per page of the range; 0 = unmapped
   std::vector<syncmem::detail::physical_handle> spare_pages_;
+  std::size_t mapped_pages_ = 0;
   std::set<block*, caching::by_size_then_address> unmapped_;
 
   // ---- per-thread caches ----
