@@ -16,6 +16,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -241,7 +242,10 @@ void register_churn(const options& o, const method& m) {
           entry = {a->allocate(bytes, s), bytes};
         }
       };
-      for (int warm = 0; warm < 1024; ++warm) step();  // reach the steady state untimed: caches filled
+      // Reach the steady state untimed (caches filled): the whole sequence
+      // once, or two seconds where every op is slow.
+      const auto warm_until = std::chrono::steady_clock::now() + std::chrono::seconds{2};
+      for (std::size_t warm = 0; warm < ops.size() && std::chrono::steady_clock::now() < warm_until; ++warm) step();
       for (auto _ : state) step();
       for (auto& entry : live) {
         if (entry.first != nullptr) a->deallocate(entry.first, entry.second, s);

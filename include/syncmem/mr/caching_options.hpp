@@ -43,12 +43,15 @@ struct caching_options {
   /// @brief Bytes of freed blocks each thread may keep for its own reuse
   /// without taking the resource's lock (0 turns per-thread caches off).
   std::size_t thread_cache_size = std::size_t{256} << 20;
-  /// @brief Before reserving more memory, give back the cached memory that
-  /// cannot serve the request: wholly free segments too small for it, or
-  /// (growable range) idle pages, which are moved to where the range grows.
-  /// Keeps the footprint near what is in use, at the cost of a device
-  /// synchronisation each time the pool grows (never in a steady loop). Off,
-  /// cached memory is given back only when memory runs out or on empty_cache().
+  /// @brief Before reserving more memory, give back cached memory that
+  /// cannot serve the request when it is a large share of what is reserved
+  /// (the work has moved on, e.g. to new shapes): wholly free segments when
+  /// they are half of the reserve, or (growable range) idle pages, moved to
+  /// where the range grows, when they are a quarter. Keeps the footprint near
+  /// what is in use across such changes, at the cost of a device
+  /// synchronisation then; steady churn, which always leaves some memory idle,
+  /// does not trigger it. Off, cached memory is given back only when memory
+  /// runs out or on empty_cache() / trim().
   bool release_before_grow = true;
 
   /// @brief Parses `text` (see the class comment). `source` names where the

@@ -60,6 +60,13 @@ struct alignas(64) block {
   [[nodiscard]] std::uintptr_t end() const noexcept { return ptr + size; }
 };
 
+// Bumps a block's generation. Its one writer at a time is whoever holds the
+// block (the resource, under its lock, or the thread whose cache it is in),
+// so a plain load and store do; others only read it.
+inline void next_generation(block* b) noexcept {
+  b->generation.store(b->generation.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
 struct segment {
   std::uintptr_t base = 0;
   std::size_t size = 0;
@@ -98,7 +105,7 @@ class block_store {
   }
 
   void release(block* b) noexcept {
-    b->generation.fetch_add(1, std::memory_order_relaxed);
+    next_generation(b);
     b->link_next = free_;
     free_ = b;
   }

@@ -26,14 +26,23 @@ constexpr std::size_t large_segment_round = std::size_t{2} << 20;
 constexpr std::size_t oversize_slack = std::size_t{20} << 20;
 constexpr std::size_t max_request = std::size_t{1} << 50;
 constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+// release_before_grow gives memory back when idle memory is at least this
+// share (1/n) of what is reserved: wholly free segments, idle pages.
+constexpr std::size_t release_share_segments = 2;
+constexpr std::size_t release_share_pages = 4;
 
 std::size_t round_up(std::size_t n, std::size_t a) noexcept { return (n + a - 1) / a * a; }
 std::size_t round_down(std::size_t n, std::size_t a) noexcept { return n / a * a; }
 
+// For the totals, written under the resource's lock only: plain loads and
+// stores, no locked instructions.
+std::int64_t add(std::atomic<std::int64_t>& total, std::int64_t delta) noexcept {
+  const std::int64_t value = total.load(std::memory_order_relaxed) + delta;
+  total.store(value, std::memory_order_relaxed);
+  return value;
+}
 void raise(std::atomic<std::int64_t>& peak, std::int64_t value) noexcept {
-  std::int64_t seen = peak.load(std::memory_order_relaxed);
-  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-  }
+  if (value > peak.load(std::memory_order_relaxed)) peak.store(value, std::memory_order_relaxed);
 }
 
 std::size_t non_negative(std::int64_t v) noexcept { return v > 0 ? static_cast<std::size_t>(v) : 0; }
@@ -194,9 +203,9 @@ void caching_state::shutdown() noexcept {
 
 caching_state::~caching_state() {
   auto& log = syncmem::detail::logger();
-  if (!live_.empty()) {
+  if (live_.size() > 0) {
     std::size_t bytes = 0;
-    for (const auto& entry : live_) bytes += entry.second->size;
+    live_.for_each([&bytes](std::uintptr_t, const block* b) { bytes += b->size; });
     log.warn("{}: destroyed with {} allocation{} live ({}); their memory goes back to the device with the rest",
              name_, live_.size(), live_.size() == 1 ? "" : "s", syncmem::detail::format_bytes(bytes));
   }
@@ -291,9 +300,9 @@ void caching_state::fold(thread_cache& tc) noexcept {
   tc.allocated_delta.store(0, std::memory_order_relaxed);
   tc.requested_delta.store(0, std::memory_order_relaxed);
   tc.live_delta.store(0, std::memory_order_relaxed);
-  raise(peak_allocated_, allocated_.fetch_add(a, std::memory_order_relaxed) + a);
-  raise(peak_requested_, requested_.fetch_add(q, std::memory_order_relaxed) + q);
-  live_count_.fetch_add(l, std::memory_order_relaxed);
+  raise(peak_allocated_, add(allocated_, a));
+  raise(peak_requested_, add(requested_, q));
+  add(live_count_, l);
 }
 
 void* caching_state::allocate(std::size_t bytes, stream_view s) {
@@ -304,33 +313,39 @@ void* caching_state::allocate(std::size_t bytes, stream_view s) {
   const std::size_t key = round_up(bytes, granule);
   CUstream_st* const stream = s.native_handle();
   thread_cache* const tc = cache_of_this_thread();
+  // Whether the block may come back to this thread's cache when freed: only
+  // if its (stream, size) has a bin. Only then is it worth recording.
+  bool cacheable = false;
   if (tc != nullptr) {
     const std::uint32_t label = current_label_id();
     block* b = nullptr;
-    {
+    // Bins are added and moved by this thread only: finding one needs no lock.
+    if (bin* found = tc->bins.find(stream, key); found != nullptr) {
+      cacheable = true;
       std::lock_guard lock{tc->lock};
-      bin* found = tc->bins.find(stream, key);
-      if (found != nullptr && found->count > 0) {
+      if (found->count > 0) {
         b = found->items[--found->count];
         tc->cached_bytes -= b->size;
-      } else if (found == nullptr) {
-        auto& recent = tc->recent_misses[(key / granule * 31 + (reinterpret_cast<std::uintptr_t>(stream) >> 4)) & 255];
-        if (recent.key == key && recent.stream == stream) {
-          try {
-            (void)tc->bins.find_or_add(stream, key);
-          } catch (...) {  // NOLINT(bugprone-empty-catch): no bin, no caching of this size
-          }
-        } else {
-          recent = {stream, key};
+      }
+    } else {
+      auto& recent = tc->recent_misses[(key / granule * 31 + (reinterpret_cast<std::uintptr_t>(stream) >> 4)) & 255];
+      if (recent.key == key && recent.stream == stream) {
+        try {
+          std::lock_guard lock{tc->lock};
+          (void)tc->bins.find_or_add(stream, key);
+          cacheable = true;
+        } catch (...) {  // NOLINT(bugprone-empty-catch): no bin, no caching of this size
         }
+      } else {
+        recent = {stream, key};
       }
     }
     if (b != nullptr) {
       b->stream.store(stream, std::memory_order_relaxed);
       b->requested.store(bytes, std::memory_order_relaxed);
       b->label.store(label, std::memory_order_relaxed);
-      const std::uint32_t generation = b->generation.load(std::memory_order_relaxed) + 1;
-      b->generation.store(generation, std::memory_order_relaxed);
+      next_generation(b);
+      const std::uint32_t generation = b->generation.load(std::memory_order_relaxed);
       try {
         tc->handed_out.insert(b->ptr, b, generation);
       } catch (...) {  // NOLINT(bugprone-empty-catch): unrecorded, its free takes the slow path
@@ -342,13 +357,14 @@ void* caching_state::allocate(std::size_t bytes, stream_view s) {
       bump(tc->hits);
       if (tc->allocated_delta.load(std::memory_order_relaxed) > 0 ||
           tc->requested_delta.load(std::memory_order_relaxed) > 0) {
+        std::lock_guard lock{mutex_};
         fold(*tc);  // a new high for this thread: the totals (and peaks) must see it
       }
       return reinterpret_cast<void*>(b->ptr);
     }
   }
   const handed out = allocate_slow(bytes, key, s, tc);
-  if (tc != nullptr) {
+  if (cacheable) {
     try {
       tc->handed_out.insert(out.b->ptr, out.b, out.generation);
     } catch (...) {  // NOLINT(bugprone-empty-catch): unrecorded, its free takes the slow path
@@ -379,11 +395,12 @@ bool caching_state::free_into_cache(thread_cache& tc, void* p, std::size_t bytes
   if (b->key.load(std::memory_order_relaxed) != key) return false;  // the size given differs: let the slow path check
   const std::size_t size = b->size;
   const auto requested = static_cast<std::int64_t>(b->requested.load(std::memory_order_relaxed));
+  bin* const target = tc.bins.find(s, key);  // bins are added by this thread only: no lock to find one
+  if (target == nullptr) return false;
   {
     std::lock_guard lock{tc.lock};
     if (tc.dead || size > tc.budget || tc.cached_bytes > tc.budget - size) return false;
-    bin* target = tc.bins.find(s, key);
-    if (target == nullptr || target->count >= target->capacity) return false;
+    if (target->count >= target->capacity) return false;
     target->items[target->count++] = b;
     tc.cached_bytes += size;
   }
@@ -426,18 +443,16 @@ caching_state::handed caching_state::allocate_slow(std::size_t bytes, std::size_
 }
 
 void caching_state::hand_out(block* b, std::size_t bytes, std::size_t key, CUstream_st* s) {
-  live_.emplace(b->ptr, b);
+  live_.insert(b->ptr, b);
   b->status = block_status::allocated;
   b->owner = nullptr;
   b->stream.store(s, std::memory_order_relaxed);
   b->requested.store(bytes, std::memory_order_relaxed);
   b->key.store(key, std::memory_order_relaxed);
-  b->generation.fetch_add(1, std::memory_order_relaxed);
-  const auto size = static_cast<std::int64_t>(b->size);
-  raise(peak_allocated_, allocated_.fetch_add(size, std::memory_order_relaxed) + size);
-  const auto asked = static_cast<std::int64_t>(bytes);
-  raise(peak_requested_, requested_.fetch_add(asked, std::memory_order_relaxed) + asked);
-  live_count_.fetch_add(1, std::memory_order_relaxed);
+  next_generation(b);
+  raise(peak_allocated_, add(allocated_, static_cast<std::int64_t>(b->size)));
+  raise(peak_requested_, add(requested_, static_cast<std::int64_t>(bytes)));
+  add(live_count_, 1);
   ++allocations_;
 }
 
@@ -447,21 +462,19 @@ void caching_state::deallocate_slow(void* p, stream_view s, thread_cache* tc) no
     if (tc != nullptr) fold(*tc);
     CUstream_st* const stream = s.native_handle();
     stream_pool& pool = pool_for(stream);
-    const auto it = live_.find(reinterpret_cast<std::uintptr_t>(p));
-    if (it == live_.end()) {
+    block* const b = live_.find(reinterpret_cast<std::uintptr_t>(p));
+    if (b == nullptr) {
       syncmem::detail::logger().error("{}: deallocate of {}, which is not a live allocation of this resource "
                                       "(a double free, or memory from elsewhere); ignored",
                                       name_, p);
       return;
     }
-    block* const b = it->second;
-    live_.erase(it);
-    allocated_.fetch_sub(static_cast<std::int64_t>(b->size), std::memory_order_relaxed);
-    requested_.fetch_sub(static_cast<std::int64_t>(b->requested.load(std::memory_order_relaxed)),
-                         std::memory_order_relaxed);
-    live_count_.fetch_sub(1, std::memory_order_relaxed);
+    live_.erase(b->ptr);
+    add(allocated_, -static_cast<std::int64_t>(b->size));
+    add(requested_, -static_cast<std::int64_t>(b->requested.load(std::memory_order_relaxed)));
+    add(live_count_, -1);
     ++deallocations_;
-    b->generation.fetch_add(1, std::memory_order_relaxed);
+    next_generation(b);
     if (b->needs_slow_free.load(std::memory_order_relaxed)) {
       b->needs_slow_free.store(false, std::memory_order_relaxed);
       with_uses_.erase(b);
@@ -634,9 +647,10 @@ caching_state::block* caching_state::grow(pool_kind kind, std::size_t key, strea
   if (kind == pool_kind::large && growable_ready()) return grow_growable(key, pool);
   const std::size_t size = kind == pool_kind::small ? small_segment_size : round_up(key, large_segment_round);
   // Wholly free segments could not serve this request (or it would have had
-  // them): give them back first, so that the footprint is exchanged rather
-  // than added to. Costs a device synchronisation, only when growing.
-  if (kind == pool_kind::large && options_.release_before_grow) release_idle_segments(size);
+  // them). When they make up half of what is reserved, the work has moved on
+  // (new shapes): give them back first, so that the footprint is exchanged
+  // rather than added to. Costs a device synchronisation, only when growing.
+  if (kind == pool_kind::large && options_.release_before_grow) release_idle_segments();
   if (exceeds_limit(size)) {
     limit_hit_ = true;
     return nullptr;
@@ -768,7 +782,7 @@ std::size_t caching_state::flush_caches(bool wait) {
 void caching_state::return_cached(block* b, CUstream_st* s) {
   stream_pool& pool = pool_for(s);
   live_.erase(b->ptr);
-  b->generation.fetch_add(1, std::memory_order_relaxed);
+  next_generation(b);
   free_block(b, pool);
 }
 
@@ -918,10 +932,9 @@ void caching_state::record_stream(void* p, stream_view s) {
                   fmt::format("{}: record_stream with a stream of {}; streams must belong to {}", name_,
                               to_string(s.device()), to_string(device_)));
   std::lock_guard lock{mutex_};
-  const auto it = live_.find(reinterpret_cast<std::uintptr_t>(p));
-  SYNCMEM_EXPECTS(it != live_.end(),
+  block* const b = live_.find(reinterpret_cast<std::uintptr_t>(p));
+  SYNCMEM_EXPECTS(b != nullptr,
                   fmt::format("{}: record_stream of {}, which is not a live allocation of this resource", name_, p));
-  block* const b = it->second;
   with_uses_.insert(b);
   if (std::find(b->uses.begin(), b->uses.end(), s.native_handle()) == b->uses.end()) {
     b->uses.push_back(s.native_handle());
@@ -949,14 +962,17 @@ std::size_t caching_state::release_free(std::size_t max_cached_bytes) {
   return released;
 }
 
-std::size_t caching_state::release_idle_segments(std::size_t wanted) {
+std::size_t caching_state::release_idle_segments() {
+  auto idle = idle_segments();
+  // Oversize blocks (max_split_mb) are kept for the large requests they serve.
+  std::erase_if(idle, [this](const segment* seg) {
+    return seg->kind == pool_kind::large && seg->size > options_.max_split_size;
+  });
+  std::size_t idle_bytes = 0;
+  for (const auto* seg : idle) idle_bytes += seg->size;
+  if (idle_bytes == 0 || idle_bytes < reserved_ / release_share_segments) return 0;
   std::size_t released = 0;
-  for (auto* seg : idle_segments()) {
-    if (released >= wanted) break;
-    // Oversize blocks (max_split_mb) are kept for the large requests they serve.
-    if (seg->kind == pool_kind::large && seg->size > options_.max_split_size) continue;
-    released += drop_segment(*seg);
-  }
+  for (auto* seg : idle) released += drop_segment(*seg);
   return released;
 }
 
@@ -1280,9 +1296,12 @@ caching_state::block* caching_state::grow_growable(std::size_t key, stream_pool&
   };
   if (block* fits = choose()) return take_whole(fits);
   // Pages idle elsewhere in the range move here rather than new memory being
-  // made. That only widens the holes, so the choice made again is as good.
+  // made, when there are enough of them that the work has moved on (a
+  // quarter of what is reserved). That only widens the holes, so the choice
+  // made again is as good.
   const std::size_t wanted = hole != nullptr ? need : round_up(key, page);
-  if (options_.release_before_grow && spare_pages_.size() * page < wanted) {
+  if (options_.release_before_grow && spare_pages_.size() * page < wanted &&
+      idle_pages(extended) >= std::max(page, reserved_ / release_share_pages)) {
     reclaim_pages(wanted - spare_pages_.size() * page, /*keep_handles=*/true, extended);
     if (block* fits = choose()) {
       release_spares();
@@ -1366,6 +1385,17 @@ caching_state::block* caching_state::grow_growable(std::size_t key, stream_pool&
   pool.large.remove(b);
   split(b, key, pool, pool_kind::large);
   return b;
+}
+
+std::size_t caching_state::idle_pages(const block* keep_whole) const noexcept {
+  std::size_t bytes = 0;
+  for (const block* b = range_->first; b != nullptr; b = b->next) {
+    if (b->status != block_status::free || b == keep_whole) continue;
+    const std::size_t start = round_up(b->ptr, page_size_);
+    const std::size_t end = round_down(b->end(), page_size_);
+    if (end > start) bytes += end - start;
+  }
+  return bytes;
 }
 
 std::size_t caching_state::reclaim_pages(std::size_t wanted, bool keep_handles, const block* keep_whole) {

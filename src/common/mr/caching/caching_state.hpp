@@ -25,6 +25,7 @@
 #include "../../backend.hpp"
 #include "block.hpp"
 #include "free_index.hpp"
+#include "pointer_map.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/allocator_snapshot.hpp"
 #include "syncmem/mr/caching_options.hpp"
@@ -108,7 +109,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   thread_cache* cache_of_this_thread();
   thread_cache* find_or_make_cache();
   bool free_into_cache(thread_cache& tc, void* p, std::size_t bytes, CUstream_st* s) noexcept;
-  void fold(thread_cache& tc) noexcept;
+  void fold(thread_cache& tc) noexcept;  // under mutex_
 
   // ---- under mutex_ ----
   handed allocate_slow(std::size_t bytes, std::size_t key, stream_view s, thread_cache* tc);
@@ -129,7 +130,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   void wait_pending();
   bool merge_into_idle(stream_pool& retired) noexcept;
   std::size_t release_free(std::size_t max_cached_bytes);
-  std::size_t release_idle_segments(std::size_t wanted);
+  std::size_t release_idle_segments();
   [[nodiscard]] std::vector<caching::segment*> idle_segments() const;
   std::size_t drop_segment(caching::segment& seg);
   std::size_t release_segment(caching::segment& seg) noexcept;
@@ -153,6 +154,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   // ---- growable range ----
   [[nodiscard]] bool growable_ready();
   block* grow_growable(std::size_t key, stream_pool& pool);
+  [[nodiscard]] std::size_t idle_pages(const block* keep_whole) const noexcept;
   std::size_t reclaim_pages(std::size_t wanted, bool keep_handles, const block* keep_whole = nullptr);
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
   void add_unmapped(block* m);
@@ -173,7 +175,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   mutable std::mutex mutex_;
   caching::block_store blocks_;
   std::map<std::uintptr_t, std::unique_ptr<caching::segment>> segments_;
-  std::unordered_map<std::uintptr_t, block*> live_;  // handed out, to callers or to per-thread caches
+  caching::pointer_map live_;  // handed out, to callers or to per-thread caches
   std::unordered_map<CUstream_st*, std::unique_ptr<stream_pool>> pools_;
   stream_pool* last_pool_ = nullptr;
   stream_pool idle_;
@@ -191,8 +193,9 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   // Folded in from per-thread caches of exited threads, and the slow path's own.
   std::uint64_t allocations_ = 0, deallocations_ = 0, thread_hits_ = 0;
 
-  // Totals of handed-out blocks, also added to by threads on the fast path
-  // (see thread_cache): the true figure is these plus every cache's deltas.
+  // Totals of handed-out blocks: the true figure is these plus every cache's
+  // deltas (see thread_cache). Written under mutex_ only (plain loads and
+  // stores: no locked instructions), atomic for the sake of the type system.
   std::atomic<std::int64_t> allocated_{0};
   std::atomic<std::int64_t> requested_{0};
   std::atomic<std::int64_t> live_count_{0};

@@ -213,12 +213,15 @@ struct thread_cache {
       : owner{std::move(owner_state)}, state{state_ptr}, id{resource_id}, budget{budget_bytes} {}
 
   spinlock lock;
-  // Under lock:
+  // Under lock, except that the owning thread, which alone adds bins (under
+  // the lock), may look one up without it; others only take blocks out.
   bin_table bins;
   std::size_t cached_bytes = 0;
   bool dead = false;  // the thread exited or the resource is gone: nothing more goes in
-  // A bin is made on the second miss of its (stream, size): sizes that
-  // recur are cached, one-off sizes (random churn) do not fill the cache.
+
+  // The owning thread only. A bin is made on the second miss of its (stream,
+  // size): sizes that recur are cached, one-off sizes (random churn) do not
+  // fill the cache.
   struct recent_miss {
     CUstream_st* stream = nullptr;
     std::size_t key = 0;
