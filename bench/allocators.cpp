@@ -220,7 +220,8 @@ void register_pairs(const options& o, const method& m) {
 void register_churn(const options& o, const method& m) {
   const device_id device = o.first();
   const auto name = fmt::format("alloc/churn/{}/64slots", m.name);
-  benchmark::RegisterBenchmark(name.c_str(), [m, device](benchmark::State& state) {
+  const auto warm_budget = o.quick ? std::chrono::milliseconds{250} : std::chrono::milliseconds{2000};
+  benchmark::RegisterBenchmark(name.c_str(), [m, device, warm_budget](benchmark::State& state) {
     guarded(state, [&] {
       constexpr std::size_t slots = 64;
       std::mt19937_64 random{64};
@@ -243,8 +244,8 @@ void register_churn(const options& o, const method& m) {
         }
       };
       // Reach the steady state untimed (caches filled): the whole sequence
-      // once, or two seconds where every op is slow.
-      const auto warm_until = std::chrono::steady_clock::now() + std::chrono::seconds{2};
+      // once, or a time budget where every op is slow.
+      const auto warm_until = std::chrono::steady_clock::now() + warm_budget;
       for (std::size_t warm = 0; warm < ops.size() && std::chrono::steady_clock::now() < warm_until; ++warm) step();
       for (auto _ : state) step();
       for (auto& entry : live) {

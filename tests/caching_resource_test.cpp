@@ -132,28 +132,33 @@ TYPED_TEST(caching_test, FreeMemoryOfAnotherStreamIsTakenAfterAnEvent) {
 
 TYPED_TEST(caching_test, RecordStreamDefersReuseUntilThatStreamHasPassed) {
   for (const char* conf : {"", "thread_cache_mb:0"}) {
-    auto r = this->make(conf);
-    stream home{this->device_};
-    stream other{this->device_};
-    const std::size_t bytes = 1 + test::rng()() % 200000;
-    void* p = r->allocate(bytes, home);
-    r->record_stream(p, other);
-    device_sleep(other, std::chrono::milliseconds{50});
-    this->fill(other, p, bytes, fresh_seed());  // a late use on the other stream
-    r->deallocate(p, bytes, home);
-    // Allocated again on its own stream at once: the block must not be
-    // reused before the other stream's use has passed.
-    void* q = r->allocate(bytes, home);
-    const auto seed = fresh_seed();
-    this->fill(home, q, bytes, seed);
-    other.synchronize();
-    EXPECT_TRUE(this->holds(home, q, bytes, seed)) << conf << (p == q ? ": reused too early" : "");
-    r->deallocate(q, bytes, home);
-    // Once passed, the block is free again: nothing pending, all reusable.
-    const auto snap = r->snapshot();
-    EXPECT_EQ(snap.pending, 0U);
-    EXPECT_EQ(snap.allocated, 0U);
-    EXPECT_EQ(r->statistics().pending_bytes, 0U);
+    for (const bool on_a_third_stream : {false, true}) {
+      auto r = this->make(conf);
+      stream home{this->device_};
+      stream other{this->device_};
+      stream third{this->device_};
+      stream_view next = on_a_third_stream ? stream_view{third} : stream_view{home};
+      const std::size_t bytes = 1 + test::rng()() % 200000;
+      void* p = r->allocate(bytes, home);
+      r->record_stream(p, other);
+      device_sleep(other, std::chrono::milliseconds{50});
+      this->fill(other, p, bytes, fresh_seed());  // a late use on the other stream
+      r->deallocate(p, bytes, home);
+      // Allocated again at once: the block must not be reused before the
+      // other stream's use has passed.
+      void* q = r->allocate(bytes, next);
+      const auto seed = fresh_seed();
+      this->fill(next, q, bytes, seed);
+      other.synchronize();
+      EXPECT_TRUE(this->holds(next, q, bytes, seed))
+          << conf << (on_a_third_stream ? ", third stream" : ", same stream") << (p == q ? ": reused too early" : "");
+      r->deallocate(q, bytes, next);
+      // Once passed, the block is free again: nothing pending, all reusable.
+      const auto snap = r->snapshot();
+      EXPECT_EQ(snap.pending, 0U);
+      EXPECT_EQ(snap.allocated, 0U);
+      EXPECT_EQ(r->statistics().pending_bytes, 0U);
+    }
   }
 }
 
