@@ -1,6 +1,373 @@
-// Placeholder until the allocator suite lands (it registers nothing yet).
+// The allocator suite: how fast and how frugal the caching allocator is,
+// beside cudaMalloc (cuda_resource), cudaMallocAsync (cuda_async_resource)
+// and, where libtorch is found, PyTorch's CUDA caching allocator, each on the
+// same workload in the same run. On emulated devices the alternatives are the
+// emulated source resource and the emulated stream-ordered pool, and the
+// figures measure the allocators' own host work.
+//
+//   alloc/pair/<method>/<size>       allocate + free of one size on one stream
+//   alloc/churn/<method>/64slots     random allocate or free over 64 slots, 256 B..16 MiB (per op)
+//   alloc/threads/<method>/<n>threads  64 KiB pairs, each thread on its own stream (items_per_second: pairs/s)
+//   alloc/replay/<method>/<trace>    a whole trace; counters peak_reserved, peak_allocated, peak_ratio, ns_per_op
+//
+// Methods: caching, caching_expandable (ours); cudaMalloc, cudaMallocAsync,
+// pytorch, pytorch_expandable (CUDA); emulated, emulated_async (emulated).
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "allocator_traces.hpp"
 #include "bench.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/mr/caching_resource.hpp"
+#include "syncmem/mr/cuda_async_resource.hpp"
+#include "syncmem/mr/cuda_resource.hpp"
+#include "syncmem/mr/emulated_resource.hpp"
+#include "syncmem/mr/logging_adaptor.hpp"
+#include "syncmem/mr/statistics_adaptor.hpp"
+#include "syncmem/stream.hpp"
+
+#ifdef SYNCMEM_BENCH_HAS_TORCH
+#include "torch/torch_bridge.hpp"
+#endif
 
 namespace syncmem::bench {
-void register_allocator_suite(const options&) {}
+
+namespace {
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = KiB * KiB;
+
+struct peaks {
+  std::size_t reserved = 0;
+  std::size_t allocated = 0;
+};
+
+// An allocator as the benchmarks drive it.
+class allocator_under_test {
+ public:
+  allocator_under_test() = default;
+  allocator_under_test(const allocator_under_test&) = delete;
+  allocator_under_test& operator=(const allocator_under_test&) = delete;
+  virtual ~allocator_under_test() = default;
+  virtual void* allocate(std::size_t bytes, stream_view s) = 0;
+  virtual void deallocate(void* p, std::size_t bytes, stream_view s) = 0;
+  // The peaks since it was made (replay), with what was reserved and allocated
+  // counted as the allocator itself counts them.
+  virtual peaks peak() = 0;
+};
+
+// A syncmem memory resource; `counted` adds a statistics_adaptor where the
+// resource keeps no peaks itself (used by the replays only).
+class resource_under_test final : public allocator_under_test {
+ public:
+  resource_under_test(std::unique_ptr<mr::memory_resource> r, bool counted)
+      : resource_{std::move(r)},
+        counted_{counted ? std::make_unique<mr::statistics_adaptor>(*resource_) : nullptr},
+        use_{counted_ ? static_cast<mr::memory_resource*>(counted_.get()) : resource_.get()} {}
+  void* allocate(std::size_t bytes, stream_view s) override { return use_->allocate(bytes, s); }
+  void deallocate(void* p, std::size_t bytes, stream_view s) override { use_->deallocate(p, bytes, s); }
+  peaks peak() override {
+    if (auto* caching = dynamic_cast<mr::caching_resource*>(resource_.get())) {
+      const auto st = caching->statistics();
+      return {st.peak_reserved_bytes, st.peak_allocated_bytes};
+    }
+    if (auto* async = dynamic_cast<mr::cuda_async_resource*>(resource_.get())) {
+      const auto st = async->statistics();
+      return {st.peak_reserved_bytes, st.peak_used_bytes};
+    }
+    if (counted_) {  // every allocation straight from the device: what is allocated is reserved
+      const auto bytes = static_cast<std::size_t>(counted_->statistics().bytes.peak);
+      return {bytes, bytes};
+    }
+    return {};
+  }
+
+ private:
+  std::unique_ptr<mr::memory_resource> resource_;
+  std::unique_ptr<mr::statistics_adaptor> counted_;
+  mr::memory_resource* use_;
+};
+
+#ifdef SYNCMEM_BENCH_HAS_TORCH
+// PyTorch's allocator, emptied and with its peaks reset when made, and
+// emptied again when done with, so that runs do not see each other's cache.
+class torch_under_test final : public allocator_under_test {
+ public:
+  torch_under_test(device_id device, bool expandable) : device_{device}, expandable_{expandable} {
+    char error[512] = {};
+    if (!torch_bridge::init(error, sizeof error)) SYNCMEM_UNSUPPORTED(fmt::format("PyTorch's allocator: {}", error));
+    set_current_device(device);
+    torch_bridge::empty_cache();
+    if (!torch_bridge::set_expandable(expandable, error, sizeof error)) {
+      SYNCMEM_UNSUPPORTED(fmt::format("PyTorch refuses expandable_segments:{}: {}", expandable, error));
+    }
+    torch_bridge::reset_peaks(device.index());
+  }
+  ~torch_under_test() override {
+    torch_bridge::empty_cache();
+    if (expandable_) {
+      char error[256] = {};
+      (void)torch_bridge::set_expandable(false, error, sizeof error);
+    }
+  }
+  void* allocate(std::size_t bytes, stream_view s) override {
+    void* p = torch_bridge::allocate(bytes, s.native_handle());
+    if (p == nullptr) throw std::bad_alloc{};
+    return p;
+  }
+  void deallocate(void* p, std::size_t, stream_view) override { torch_bridge::deallocate(p); }
+  peaks peak() override {
+    peaks out;
+    (void)torch_bridge::peaks(device_.index(), &out.reserved, &out.allocated);
+    return out;
+  }
+
+ private:
+  device_id device_;
+  bool expandable_;
+};
+#endif
+
+struct method {
+  std::string name;
+  std::function<std::unique_ptr<allocator_under_test>(device_id device, bool for_replay)> make;
+};
+
+std::vector<method> methods_for(device_id device) {
+  std::vector<method> methods;
+  methods.push_back({"caching", [](device_id d, bool) {
+                       return std::make_unique<resource_under_test>(std::make_unique<mr::caching_resource>(d), false);
+                     }});
+  methods.push_back({"caching_expandable", [](device_id d, bool) {
+                       return std::make_unique<resource_under_test>(
+                           std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1")), false);
+                     }});
+  if (device.kind() == device_kind::cuda) {
+    methods.push_back({"cudaMalloc", [](device_id d, bool replay) {
+                         return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_resource>(d), replay);
+                       }});
+    methods.push_back({"cudaMallocAsync", [](device_id d, bool) {
+                         return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_async_resource>(d),
+                                                                      false);
+                       }});
+#ifdef SYNCMEM_BENCH_HAS_TORCH
+    methods.push_back({"pytorch", [](device_id d, bool) { return std::make_unique<torch_under_test>(d, false); }});
+    methods.push_back(
+        {"pytorch_expandable", [](device_id d, bool) { return std::make_unique<torch_under_test>(d, true); }});
+#endif
+  } else {
+    methods.push_back({"emulated", [](device_id d, bool replay) {
+                         return std::make_unique<resource_under_test>(std::make_unique<mr::emulated_resource>(d),
+                                                                      replay);
+                       }});
+    methods.push_back({"emulated_async", [](device_id d, bool) {
+                         return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_async_resource>(d),
+                                                                      false);
+                       }});
+  }
+  return methods;
+}
+
+// Runs `body` and turns an exception into a skipped benchmark with its message.
+template <class F>
+void guarded(benchmark::State& state, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void register_pairs(const options& o, const method& m) {
+  const device_id device = o.first();
+  for (std::size_t bytes : {std::size_t{512}, 64 * KiB, 2 * MiB, 64 * MiB}) {
+    const auto name = fmt::format("alloc/pair/{}/{}", m.name, size_name(bytes));
+    benchmark::RegisterBenchmark(name.c_str(), [m, device, bytes](benchmark::State& state) {
+      guarded(state, [&] {
+        auto a = m.make(device, false);
+        stream s{device};
+        set_current_device(device);
+        a->deallocate(a->allocate(bytes, s), bytes, s);  // the first pair may reserve memory
+        for (auto _ : state) {
+          void* p = a->allocate(bytes, s);
+          benchmark::DoNotOptimize(p);
+          a->deallocate(p, bytes, s);
+        }
+        s.synchronize();
+      });
+    })->MinTime(o.min_time());
+  }
+}
+
+// RMM's random_allocations shape: each op picks one of 64 slots and frees it
+// if it is taken, else fills it with 256 B..16 MiB (uniform). One op per
+// iteration, from a sequence drawn once.
+void register_churn(const options& o, const method& m) {
+  const device_id device = o.first();
+  const auto name = fmt::format("alloc/churn/{}/64slots", m.name);
+  const auto warm_budget = o.quick ? std::chrono::milliseconds{250} : std::chrono::milliseconds{2000};
+  benchmark::RegisterBenchmark(name.c_str(), [m, device, warm_budget](benchmark::State& state) {
+    guarded(state, [&] {
+      constexpr std::size_t slots = 64;
+      std::mt19937_64 random{64};
+      std::vector<std::pair<std::uint32_t, std::size_t>> ops(std::size_t{1} << 14);
+      for (auto& op : ops) op = {static_cast<std::uint32_t>(random() % slots), 256 + random() % (16 * MiB - 255)};
+      std::vector<std::pair<void*, std::size_t>> live(slots, {nullptr, 0});
+      auto a = m.make(device, false);
+      stream s{device};
+      set_current_device(device);
+      std::size_t i = 0;
+      auto step = [&] {
+        const auto [slot, bytes] = ops[i];
+        i = (i + 1) & (ops.size() - 1);
+        auto& entry = live[slot];
+        if (entry.first != nullptr) {
+          a->deallocate(entry.first, entry.second, s);
+          entry = {nullptr, 0};
+        } else {
+          entry = {a->allocate(bytes, s), bytes};
+        }
+      };
+      // Reach the steady state untimed (caches filled): the whole sequence
+      // once, or a time budget where every op is slow.
+      const auto warm_until = std::chrono::steady_clock::now() + warm_budget;
+      for (std::size_t warm = 0; warm < ops.size() && std::chrono::steady_clock::now() < warm_until; ++warm) step();
+      for (auto _ : state) step();
+      for (auto& entry : live) {
+        if (entry.first != nullptr) a->deallocate(entry.first, entry.second, s);
+      }
+      s.synchronize();
+    });
+  })->MinTime(o.min_time());
+}
+
+// n threads, each with its own stream, allocating and freeing 64 KiB. The
+// resource and the streams are made by thread 0 before the timed loop (whose
+// start every thread waits for) and destroyed after it (whose end they all
+// reach first).
+void register_threads(const options& o, const method& m) {
+  const device_id device = o.first();
+  for (int threads : {1, 4, 8}) {
+    struct shared_run {
+      std::unique_ptr<allocator_under_test> a;
+      std::vector<std::unique_ptr<stream>> streams;
+      std::string error;
+    };
+    auto run = std::make_shared<shared_run>();
+    const auto name = fmt::format("alloc/threads/{}/{}threads", m.name, threads);
+    benchmark::RegisterBenchmark(name.c_str(), [m, device, run, threads](benchmark::State& state) {
+      constexpr std::size_t bytes = 64 * KiB;
+      if (state.thread_index() == 0) {
+        run->error.clear();
+        try {
+          run->a = m.make(device, false);
+          for (int t = 0; t < threads; ++t) run->streams.push_back(std::make_unique<stream>(device));
+        } catch (const std::exception& e) {
+          run->error = e.what();
+        }
+      }
+      try {
+        set_current_device(device);
+      } catch (const std::exception& e) {
+        state.SkipWithError(e.what());
+      }
+      for (auto _ : state) {
+        if (!run->error.empty()) {
+          state.SkipWithError(run->error.c_str());
+          break;
+        }
+        stream_view s = *run->streams[static_cast<std::size_t>(state.thread_index())];
+        void* p = run->a->allocate(bytes, s);
+        benchmark::DoNotOptimize(p);
+        run->a->deallocate(p, bytes, s);
+      }
+      state.SetItemsProcessed(state.iterations());
+      if (state.thread_index() == 0) {
+        for (auto& s : run->streams) s->synchronize();
+        run->streams.clear();
+        run->a.reset();
+      }
+    })->Threads(threads)->UseRealTime()->MinTime(o.min_time());
+  }
+}
+
+void register_replay(const options& o, const method& m, std::shared_ptr<const allocation_trace> trace) {
+  const device_id device = o.first();
+  const auto name = fmt::format("alloc/replay/{}/{}", m.name, trace->name);
+  benchmark::RegisterBenchmark(name.c_str(), [m, device, trace](benchmark::State& state) {
+    guarded(state, [&] {
+      peaks p;
+      for (auto _ : state) {
+        auto a = m.make(device, true);
+        stream s{device};
+        set_current_device(device);
+        std::vector<void*> slots(trace->slots, nullptr);
+        for (const auto& op : trace->ops) {
+          if (op.allocate) {
+            slots[op.slot] = a->allocate(op.size, s);
+          } else {
+            a->deallocate(slots[op.slot], op.size, s);
+          }
+        }
+        s.synchronize();
+        p = a->peak();
+      }
+      state.counters["peak_reserved"] = static_cast<double>(p.reserved);
+      state.counters["peak_allocated"] = static_cast<double>(p.allocated);
+      state.counters["peak_requested"] = static_cast<double>(trace->peak_requested());
+      state.counters["peak_ratio"] = p.allocated > 0 ? static_cast<double>(p.reserved) / static_cast<double>(p.allocated) : 0.0;
+      state.counters["ns_per_op"] = benchmark::Counter(
+          static_cast<double>(trace->ops.size()) * static_cast<double>(state.iterations()),
+          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    });
+  })->Iterations(1)->Unit(benchmark::kMillisecond);
+}
+
+// The generated traces, and those named in SYNCMEM_BENCH_TRACES
+// (comma-separated files written by mr::logging_adaptor).
+std::vector<std::shared_ptr<const allocation_trace>> traces_for(const options& o) {
+  const auto memory = get_memory_info(o.first()).total;
+  std::vector<std::shared_ptr<const allocation_trace>> traces;
+  traces.push_back(std::make_shared<const allocation_trace>(training_trace(memory, o.quick)));
+  traces.push_back(std::make_shared<const allocation_trace>(mixed_trace(memory, o.quick)));
+  if (const char* files = std::getenv("SYNCMEM_BENCH_TRACES"); files != nullptr && *files != '\0') {
+    std::stringstream list{files};
+    std::string path;
+    while (std::getline(list, path, ',')) {
+      if (path.empty()) continue;
+      const auto stem = std::filesystem::path{path}.stem().string();
+      traces.push_back(
+          std::make_shared<const allocation_trace>(from_events(stem, mr::logging_adaptor::read_trace_file(path))));
+    }
+  }
+  return traces;
+}
+
+}  // namespace
+
+void register_allocator_suite(const options& o) {
+  const auto methods = methods_for(o.first());
+  for (const auto& m : methods) register_pairs(o, m);
+  for (const auto& m : methods) register_churn(o, m);
+  for (const auto& m : methods) register_threads(o, m);
+  for (const auto& trace : traces_for(o)) {
+    for (const auto& m : methods) register_replay(o, m, trace);
+  }
+}
+
 }  // namespace syncmem::bench

@@ -7,7 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "common/backend.hpp"
@@ -26,6 +28,27 @@ namespace syncmem {
 namespace {
 
 detail::backend& emu() { return detail::emulated_backend(); }
+
+TEST(Emulated, SynchronizingTheDeviceWhileStreamsComeAndGo) {
+  // synchronize_device waits for streams that other threads may destroy
+  // meanwhile: they must stay valid until it is done with them.
+  std::atomic<bool> stop{false};
+  std::thread syncer{[&] {
+    while (!stop.load()) synchronize_device(device_id::emulated(2));
+  }};
+  std::vector<std::thread> owners;
+  for (int t = 0; t < 3; ++t) {
+    owners.emplace_back([] {
+      for (int i = 0; i < 50; ++i) {
+        stream s{device_id::emulated(2)};
+        test::device_sleep(s, std::chrono::microseconds{100});
+      }
+    });
+  }
+  for (auto& o : owners) o.join();
+  stop = true;
+  syncer.join();
+}
 
 TEST(Emulated, AllocationsArePoisonedAndCounted) {
   const auto before = get_memory_info(device_id::emulated(1));

@@ -34,6 +34,15 @@ inline constexpr unsigned host_register_read_only = 8;
 // A physical allocation for the virtual memory API (cuMemCreate or emulated).
 using physical_handle = unsigned long long;
 
+// What a stream-ordered memory pool holds: bytes reserved from the device and
+// bytes handed out, now and at their high-water marks.
+struct memory_pool_usage {
+  std::size_t reserved = 0;
+  std::size_t reserved_high = 0;
+  std::size_t used = 0;
+  std::size_t used_high = 0;
+};
+
 class backend {
  public:
   backend() = default;
@@ -61,6 +70,22 @@ class backend {
   [[nodiscard]] virtual void* allocate_async(int index, std::size_t bytes, CUstream_st* s) = 0;
   virtual void deallocate_async(int index, void* p, CUstream_st* s) noexcept = 0;
   virtual void set_pool_release_threshold(int index, std::size_t bytes) = 0;
+
+  // Stream-ordered allocation from a pool of syncmem's own (cudaMemPoolCreate
+  // for CUDA), so that its settings never change the device's default pool.
+  // supports_pools is false where the device cannot (no cudaMallocAsync).
+  // pool_allocate returns nullptr when out of memory. A pool is destroyed
+  // once its outstanding allocations have been freed (as cudaMemPoolDestroy).
+  [[nodiscard]] virtual bool supports_pools(int index) = 0;
+  [[nodiscard]] virtual void* create_pool(int index, std::size_t release_threshold) = 0;
+  virtual void destroy_pool(int index, void* pool) noexcept = 0;
+  [[nodiscard]] virtual void* pool_allocate(int index, void* pool, std::size_t bytes, CUstream_st* s) = 0;
+  virtual void pool_deallocate(int index, void* pool, void* p, CUstream_st* s) noexcept = 0;
+  // Releases cached memory of the pool until it holds at most keep_bytes.
+  virtual void pool_trim(int index, void* pool, std::size_t keep_bytes) = 0;
+  [[nodiscard]] virtual memory_pool_usage pool_usage(int index, void* pool) = 0;
+  // Resets the high-water marks of pool_usage to the current values.
+  virtual void pool_reset_peaks(int index, void* pool) = 0;
 
   // Pinned host memory; nullptr when pinning fails for lack of resources.
   [[nodiscard]] virtual void* allocate_pinned(std::size_t bytes, unsigned flags) = 0;

@@ -36,6 +36,14 @@ class backend_impl final : public backend {
   void* allocate_async(int, std::size_t, CUstream_st*) override { refuse(); }
   void deallocate_async(int, void*, CUstream_st*) noexcept override {}
   void set_pool_release_threshold(int, std::size_t) override { refuse(); }
+  bool supports_pools(int) override { return false; }
+  void* create_pool(int, std::size_t) override { refuse(); }
+  void destroy_pool(int, void*) noexcept override {}
+  void* pool_allocate(int, void*, std::size_t, CUstream_st*) override { refuse(); }
+  void pool_deallocate(int, void*, void*, CUstream_st*) noexcept override {}
+  void pool_trim(int, void*, std::size_t) override { refuse(); }
+  memory_pool_usage pool_usage(int, void*) override { refuse(); }
+  void pool_reset_peaks(int, void*) override { refuse(); }
   void* allocate_pinned(std::size_t, unsigned) override { refuse(); }
   void deallocate_pinned(void*, std::size_t) noexcept override {}
   void register_host(void*, std::size_t, unsigned) override { refuse(); }

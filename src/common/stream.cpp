@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "backend.hpp"
+#include "stream_observers.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -112,6 +113,7 @@ stream& stream::operator=(stream&& other) noexcept {
 void stream::reset() noexcept {
   if (!valid_) return;
   valid_ = false;
+  detail::notify_stream_destroying(device_, handle_);
   try {
     device_guard guard{device_};
     auto& backend = detail::backend_for(device_);

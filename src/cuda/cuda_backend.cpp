@@ -176,6 +176,74 @@ class backend_impl final : public backend {
     SYNCMEM_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   }
 
+  bool supports_pools(int index) override {
+    int supported = 0;
+    SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, index));
+    return supported != 0;
+  }
+
+  void* create_pool(int index, std::size_t release_threshold) override {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = index;
+    cudaMemPool_t pool = nullptr;
+    SYNCMEM_CUDA_TRY(cudaMemPoolCreate(&pool, &props));
+    cuuint64_t threshold = release_threshold;
+    const cudaError_t status = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    if (status != cudaSuccess) {
+      (void)cudaMemPoolDestroy(pool);
+      SYNCMEM_CUDA_TRY(status);
+    }
+    return pool;
+  }
+
+  void destroy_pool(int, void* pool) noexcept override {
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool)));
+  }
+
+  void* pool_allocate(int, void* pool, std::size_t bytes, CUstream_st* s) override {
+    void* p = nullptr;
+    const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, static_cast<cudaMemPool_t>(pool), native(s));
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    SYNCMEM_CUDA_TRY(status);
+    return p;
+  }
+
+  void pool_deallocate(int, void*, void* p, CUstream_st* s) noexcept override {
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFreeAsync(p, native(s)));
+  }
+
+  void pool_trim(int, void* pool, std::size_t keep_bytes) override {
+    SYNCMEM_CUDA_TRY(cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool), keep_bytes));
+  }
+
+  memory_pool_usage pool_usage(int, void* pool) override {
+    auto* p = static_cast<cudaMemPool_t>(pool);
+    auto read = [p](cudaMemPoolAttr attr) {
+      cuuint64_t value = 0;
+      SYNCMEM_CUDA_TRY(cudaMemPoolGetAttribute(p, attr, &value));
+      return static_cast<std::size_t>(value);
+    };
+    memory_pool_usage u;
+    u.reserved = read(cudaMemPoolAttrReservedMemCurrent);
+    u.reserved_high = read(cudaMemPoolAttrReservedMemHigh);
+    u.used = read(cudaMemPoolAttrUsedMemCurrent);
+    u.used_high = read(cudaMemPoolAttrUsedMemHigh);
+    return u;
+  }
+
+  void pool_reset_peaks(int, void* pool) override {
+    auto* p = static_cast<cudaMemPool_t>(pool);
+    cuuint64_t zero = 0;  // the only value these attributes accept: resets to the current value
+    SYNCMEM_CUDA_TRY(cudaMemPoolSetAttribute(p, cudaMemPoolAttrReservedMemHigh, &zero));
+    SYNCMEM_CUDA_TRY(cudaMemPoolSetAttribute(p, cudaMemPoolAttrUsedMemHigh, &zero));
+  }
+
   void* allocate_pinned(std::size_t bytes, unsigned flags) override {
     void* p = nullptr;
     const cudaError_t status = cudaHostAlloc(&p, bytes, flags);

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <charconv>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -51,6 +52,24 @@ struct device_state {
   std::once_flag default_stream_once;
   worker_stream* default_stream = nullptr;  // never destroyed
   std::once_flag peers_once;
+};
+
+// A stream-ordered pool (the emulated cudaMemPoolCreate): frees run in stream
+// order on the stream's worker, so a block back in `cached` has no work left
+// that uses it and may go to any stream at once.
+struct memory_pool {
+  std::mutex mutex;
+  int device = 0;
+  std::size_t release_threshold = 0;
+  std::multimap<std::size_t, void*> cached;  // by size
+  std::unordered_map<void*, std::size_t> live;
+  std::size_t cached_bytes = 0;
+  memory_pool_usage usage;
+  bool destroyed = false;
+};
+
+struct pool_holder {
+  std::shared_ptr<memory_pool> pool;  // shared with frees still queued on streams
 };
 
 struct physical_block {
@@ -222,6 +241,106 @@ class backend_impl final : public backend {
   }
 
   void set_pool_release_threshold(int index, std::size_t) override { (void)device(index); }
+
+  bool supports_pools(int index) override {
+    (void)device(index);
+    return true;
+  }
+
+  void* create_pool(int index, std::size_t release_threshold) override {
+    (void)device(index);
+    auto* holder = new pool_holder{std::make_shared<memory_pool>()};
+    holder->pool->device = index;
+    holder->pool->release_threshold = release_threshold;
+    return holder;
+  }
+
+  void destroy_pool(int, void* handle) noexcept override {
+    auto* holder = static_cast<pool_holder*>(handle);
+    std::vector<void*> release;
+    {
+      std::lock_guard lock{holder->pool->mutex};
+      holder->pool->destroyed = true;
+      for (auto& entry : holder->pool->cached) release.push_back(entry.second);
+      holder->pool->cached.clear();
+      holder->pool->cached_bytes = 0;
+    }
+    for (void* p : release) free_now(holder->pool->device, p);
+    delete holder;
+  }
+
+  void* pool_allocate(int index, void* handle, std::size_t bytes, CUstream_st* s) override {
+    (void)to_stream(s, index);
+    auto& pool = *static_cast<pool_holder*>(handle)->pool;
+    const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), device_alignment);
+    std::unique_lock lock{pool.mutex};
+    void* p = nullptr;
+    if (auto it = pool.cached.find(size); it != pool.cached.end()) {
+      p = it->second;
+      pool.cached.erase(it);
+      pool.cached_bytes -= size;
+    } else {
+      p = allocate(index, size);
+      if (p == nullptr && pool.cached_bytes > 0) {  // give the cache back and try again, as CUDA's pools do
+        release_cached(pool, 0);
+        p = allocate(index, size);
+      }
+      if (p == nullptr) return nullptr;
+      pool.usage.reserved += size;
+      pool.usage.reserved_high = std::max(pool.usage.reserved_high, pool.usage.reserved);
+    }
+    pool.live.emplace(p, size);
+    pool.usage.used += size;
+    pool.usage.used_high = std::max(pool.usage.used_high, pool.usage.used);
+    return p;
+  }
+
+  void pool_deallocate(int index, void* handle, void* p, CUstream_st* s) noexcept override {
+    std::shared_ptr<memory_pool> pool = static_cast<pool_holder*>(handle)->pool;
+    auto give_back = [this, pool, p] {
+      std::lock_guard lock{pool->mutex};
+      auto it = pool->live.find(p);
+      if (it == pool->live.end()) {
+        logger().error("emulated pool free of {} which the pool did not allocate", p);
+        return;
+      }
+      const std::size_t size = it->second;
+      pool->live.erase(it);
+      pool->usage.used -= size;
+      if (pool->destroyed) {
+        pool->usage.reserved -= size;
+        free_now(pool->device, p);
+        return;
+      }
+      pool->cached.emplace(size, p);
+      pool->cached_bytes += size;
+      if (pool->cached_bytes > pool->release_threshold) release_cached(*pool, pool->release_threshold);
+    };
+    try {
+      to_stream(s, index).enqueue(give_back);
+    } catch (...) {
+      give_back();
+    }
+  }
+
+  void pool_trim(int, void* handle, std::size_t keep_bytes) override {
+    auto& pool = *static_cast<pool_holder*>(handle)->pool;
+    std::lock_guard lock{pool.mutex};
+    release_cached(pool, keep_bytes);
+  }
+
+  memory_pool_usage pool_usage(int, void* handle) override {
+    auto& pool = *static_cast<pool_holder*>(handle)->pool;
+    std::lock_guard lock{pool.mutex};
+    return pool.usage;
+  }
+
+  void pool_reset_peaks(int, void* handle) override {
+    auto& pool = *static_cast<pool_holder*>(handle)->pool;
+    std::lock_guard lock{pool.mutex};
+    pool.usage.reserved_high = pool.usage.reserved;
+    pool.usage.used_high = pool.usage.used;
+  }
 
   void* allocate_pinned(std::size_t bytes, unsigned) override {
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), 4096);
@@ -580,6 +699,18 @@ class backend_impl final : public backend {
     if (!removed) return;
     device(index).used.fetch_sub(removed->size);
     ::operator delete(p, std::align_val_t{device_alignment});
+  }
+
+  // Frees cached blocks of a pool, largest first, until it caches at most
+  // `keep` bytes. Under the pool's mutex.
+  void release_cached(memory_pool& pool, std::size_t keep) noexcept {
+    while (pool.cached_bytes > keep && !pool.cached.empty()) {
+      auto it = std::prev(pool.cached.end());
+      pool.cached_bytes -= it->first;
+      pool.usage.reserved -= it->first;
+      free_now(pool.device, it->second);
+      pool.cached.erase(it);
+    }
   }
 
   void synchronize_all_noexcept() noexcept {

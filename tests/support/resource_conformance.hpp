@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -31,7 +32,9 @@
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/mr/failure_adaptor.hpp"
 #include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/mr/statistics_adaptor.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
 
@@ -231,9 +234,125 @@ TYPED_TEST_P(resource_conformance, ManyThreadsOnManyStreams) {
   EXPECT_EQ(failures.load(), 0) << first_failure;
 }
 
+// Memory freed on a stream whose work is still running (a delayed write) and
+// allocated at once on another stream must not be written there before that
+// work is done: either it is other memory, or the new stream is ordered after
+// the old one. Proved by contents: the later stream's bytes must win.
+TYPED_TEST_P(resource_conformance, CrossStreamReuseWaitsForTheFreeingStream) {
+  if (this->kind() != memory_kind::device) GTEST_SKIP() << "host memory is not written in stream order";
+  stream first{this->device()};
+  stream second{this->device()};
+  auto& rng = test::rng();
+  for (int round = 0; round < 4; ++round) {
+    const std::size_t bytes = 1 + rng() % (round % 2 == 0 ? 4096 : 300000);
+    void* p = this->resource().allocate(bytes, first);
+    device_sleep(first, std::chrono::milliseconds{20});
+    device_fill_pattern(first, p, bytes, fresh_seed());  // runs late
+    this->resource().deallocate(p, bytes, first);
+    void* q = this->resource().allocate(bytes, second);
+    const auto seed = fresh_seed();
+    device_fill_pattern(second, q, bytes, seed);
+    first.synchronize();
+    EXPECT_TRUE(holds_pattern(this->kind(), second, q, bytes, seed)) << "round " << round << (p == q ? " (same block)" : "");
+    this->resource().deallocate(q, bytes, second);
+  }
+}
+
+// Allocations refused by a failure_adaptor over the resource throw
+// out_of_memory, and neither the live blocks nor later allocations suffer.
+TYPED_TEST_P(resource_conformance, FailureAdaptorLeavesItConsistent) {
+  auto s = default_stream(this->device());
+  mr::failure_adaptor failing{this->resource(), mr::failure_adaptor::every_nth(3)};
+  EXPECT_EQ(&failing.upstream(), &this->resource());
+  struct block {
+    void* p;
+    std::size_t bytes;
+    std::uint64_t seed;
+  };
+  std::vector<block> live;
+  auto& rng = test::rng();
+  int refused = 0;
+  for (int i = 0; i < 30; ++i) {
+    const std::size_t bytes = 1 + rng() % 70000;
+    try {
+      void* p = failing.allocate(bytes, s);
+      const auto seed = fresh_seed();
+      fill_pattern(this->kind(), s, p, bytes, seed);
+      live.push_back({p, bytes, seed});
+    } catch (const out_of_memory& e) {
+      ++refused;
+      EXPECT_EQ(e.info().requested, bytes);
+      EXPECT_NE(std::string{e.what()}.find("injected"), std::string::npos) << e.what();
+    }
+    if (i % 4 == 3 && !live.empty()) {
+      const auto victim = rng() % live.size();
+      ASSERT_TRUE(holds_pattern(this->kind(), s, live[victim].p, live[victim].bytes, live[victim].seed));
+      failing.deallocate(live[victim].p, live[victim].bytes, s);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
+    }
+  }
+  EXPECT_EQ(refused, 10);
+  EXPECT_EQ(failing.failures(), 10U);
+  EXPECT_EQ(failing.calls(), 30U);
+  failing.set_predicate({});
+  for (int i = 0; i < 5; ++i) {
+    const std::size_t bytes = 1 + rng() % 70000;
+    void* p = failing.allocate(bytes, s);
+    const auto seed = fresh_seed();
+    fill_pattern(this->kind(), s, p, bytes, seed);
+    live.push_back({p, bytes, seed});
+  }
+  for (const auto& b : live) {
+    EXPECT_TRUE(holds_pattern(this->kind(), s, b.p, b.bytes, b.seed));
+    failing.deallocate(b.p, b.bytes, s);
+  }
+}
+
+// A statistics_adaptor over the resource counts exactly what passed.
+TYPED_TEST_P(resource_conformance, StatisticsAdaptorCountsExactly) {
+  auto s = default_stream(this->device());
+  mr::statistics_adaptor counted{this->resource()};
+  std::vector<std::pair<void*, std::size_t>> live;
+  std::int64_t bytes_now = 0;
+  std::int64_t bytes_peak = 0;
+  std::int64_t bytes_total = 0;
+  std::int64_t count_peak = 0;
+  std::int64_t frees = 0;
+  auto& rng = test::rng();
+  for (int i = 0; i < 60; ++i) {
+    if (live.empty() || rng() % 3 != 0) {
+      const std::size_t bytes = 1 + rng() % 200000;
+      live.emplace_back(counted.allocate(bytes, s), bytes);
+      bytes_now += static_cast<std::int64_t>(bytes);
+      bytes_total += static_cast<std::int64_t>(bytes);
+      bytes_peak = std::max(bytes_peak, bytes_now);
+      count_peak = std::max(count_peak, static_cast<std::int64_t>(live.size()));
+    } else {
+      const auto victim = rng() % live.size();
+      counted.deallocate(live[victim].first, live[victim].second, s);
+      bytes_now -= static_cast<std::int64_t>(live[victim].second);
+      ++frees;
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
+    }
+    const auto st = counted.statistics();
+    ASSERT_EQ(st.bytes.current, bytes_now);
+    ASSERT_EQ(st.bytes.peak, bytes_peak);
+    ASSERT_EQ(st.bytes.total, bytes_total);
+    ASSERT_EQ(st.allocations.current, static_cast<std::int64_t>(live.size()));
+    ASSERT_EQ(st.allocations.peak, count_peak);
+    ASSERT_EQ(st.deallocations, frees);
+  }
+  for (auto [p, bytes] : live) counted.deallocate(p, bytes, s);
+  EXPECT_EQ(counted.statistics().bytes.current, 0);
+  EXPECT_EQ(counted.statistics().allocations.current, 0);
+  EXPECT_EQ(counted.statistics().failed_allocations, 0);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(resource_conformance, ZeroBytesIsNullAndFreeOfNullIsNothing,
                             HonoursEveryAlignmentItAccepts, RefusesBadArguments,
-                            LiveBlocksAreDistinctAndKeepTheirContents, ManyThreadsOnManyStreams);
+                            LiveBlocksAreDistinctAndKeepTheirContents, ManyThreadsOnManyStreams,
+                            CrossStreamReuseWaitsForTheFreeingStream, FailureAdaptorLeavesItConsistent,
+                            StatisticsAdaptorCountsExactly);
 
 // Factory helpers for the common cases.
 template <device_kind Kind>

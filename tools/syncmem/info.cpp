@@ -2,11 +2,15 @@
 
 #include <cstdio>
 #include <exception>
+#include <limits>
+#include <optional>
+#include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "machine.hpp"
+#include "syncmem/mr/caching_options.hpp"
 #include "syncmem/syncmem.hpp"
 
 namespace syncmem::tool {
@@ -20,6 +24,44 @@ std::string sm_name(std::string capability) {
   return capability;
 }
 
+// The configuration of the default device allocator: SYNCMEM_ALLOC_CONF as
+// set, and the options in force; or, when it is malformed, what is wrong.
+struct allocator_config {
+  std::optional<std::string> text;
+  std::optional<mr::caching_options> options;
+  std::string error;
+};
+
+allocator_config read_allocator_config() {
+  allocator_config c;
+  c.text = mr::caching_options::environment_text();
+  try {
+    c.options = mr::caching_options::from_environment();
+  } catch (const std::exception& e) {
+    c.error = e.what();
+  }
+  return c;
+}
+
+nlohmann::json to_json(const allocator_config& c) {
+  nlohmann::json out;
+  out["resource"] = "caching_resource";
+  out["SYNCMEM_ALLOC_CONF"] = c.text ? nlohmann::json(*c.text) : nlohmann::json(nullptr);
+  if (c.options) {
+    const auto& o = *c.options;
+    constexpr auto unlimited = std::numeric_limits<std::size_t>::max();
+    out["options"] = {{"max_split_bytes", o.max_split_size == unlimited ? nlohmann::json(nullptr)
+                                                                        : nlohmann::json(o.max_split_size)},
+                      {"expandable", o.expandable},
+                      {"limit_bytes", o.limit ? nlohmann::json(*o.limit) : nlohmann::json(nullptr)},
+                      {"thread_cache_bytes", o.thread_cache_size},
+                      {"text", o.to_string()}};
+  } else {
+    out["error"] = c.error;
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app, info_options& options) {
@@ -29,10 +71,14 @@ void add_info_command(CLI::App& app, info_options& options) {
 
 int run_info(const info_options& options) {
   const auto build = get_build_info();
-  const nlohmann::json out = describe_machine();
+  nlohmann::json out = describe_machine();
+  const auto allocator = read_allocator_config();
+  out["allocator"] = to_json(allocator);
+  const int status = allocator.options ? 0 : 2;  // a malformed SYNCMEM_ALLOC_CONF is a usage error
   if (options.json) {
     fmt::print("{}\n", out.dump(2));
-    return 0;
+    if (status != 0) fmt::print(stderr, "{}\n", allocator.error);
+    return status;
   }
   fmt::print("syncmem {} ({}, {})\n", build.version, build.build_type, build.compiler);
   fmt::print("CUDA backend: {}", build.cuda_enabled ? "built" : "not built");
@@ -58,7 +104,14 @@ int run_info(const info_options& options) {
       fmt::print("  no {} devices: {}\n", kind, why.get<std::string>());
     }
   }
-  return 0;
+  fmt::print("\nDevice allocator: caching_resource, one per device\n");
+  fmt::print("  SYNCMEM_ALLOC_CONF: {}\n", allocator.text ? "'" + *allocator.text + "'" : std::string{"(not set)"});
+  if (!allocator.options) {
+    fmt::print(stderr, "{}\n", allocator.error);
+    return status;
+  }
+  fmt::print("  in force: {}\n", allocator.options->to_string());
+  return status;
 }
 
 }  // namespace syncmem::tool

@@ -9,9 +9,11 @@
 namespace syncmem::mr {
 
 /// @brief The resource syncmem allocates device memory of `device` from when no
-/// other is given (synced_memory, tensors). Made on first use and never
-/// destroyed, so that objects destroyed after main() can still free.
-/// @throws syncmem::logic_error for an invalid device
+/// other is given (synced_memory, tensors): unless replaced, a
+/// caching_resource configured by SYNCMEM_ALLOC_CONF. Made on first use and
+/// never destroyed, so that objects destroyed after main() can still free.
+/// @throws syncmem::logic_error for an invalid device, or when
+///   SYNCMEM_ALLOC_CONF is malformed (the message names the bad key or value)
 [[nodiscard]] memory_resource& get_per_device_resource(device_id device);
 
 /// @brief The default resource of the current device.

@@ -9,8 +9,7 @@
 
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
-#include "syncmem/mr/cuda_resource.hpp"
-#include "syncmem/mr/emulated_resource.hpp"
+#include "syncmem/mr/caching_resource.hpp"
 
 namespace syncmem::mr {
 namespace {
@@ -36,9 +35,10 @@ registry& slots() {
   return *r;
 }
 
+// A caching allocator per device, configured by SYNCMEM_ALLOC_CONF (a
+// malformed value is an error here, on first use, naming what is wrong).
 memory_resource* make_built_in(device_id device) {
-  if (device.kind() == device_kind::cuda) return new cuda_resource{device};
-  return new emulated_resource{device};
+  return new caching_resource{device, caching_options::from_environment()};
 }
 
 slot& checked_slot(device_id device) {

@@ -1,0 +1,75 @@
+#pragma once
+
+/// @file mr/caching_options.hpp
+/// @brief How a caching_resource behaves, set by API or by the environment
+/// variable SYNCMEM_ALLOC_CONF.
+
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace syncmem::mr {
+
+/// @brief The settings of a caching_resource.
+///
+/// As a string (SYNCMEM_ALLOC_CONF, parse(), to_string()), comma-separated
+/// `key:value` pairs, each key at most once, spaces around tokens ignored:
+///
+/// | key               | value                          | field |
+/// |-------------------|--------------------------------|-------|
+/// | `max_split_mb`    | MiB (1..16777216) or unlimited | max_split_size |
+/// | `expandable`      | 0, 1, false, true              | expandable |
+/// | `limit_mb`        | MiB (1..1073741824) or unlimited | limit |
+/// | `thread_cache_mb` | MiB (0..65536)                 | thread_cache_size |
+/// | `release_before_grow` | 0, 1, false, true          | release_before_grow |
+///
+/// e.g. `SYNCMEM_ALLOC_CONF=max_split_mb:256,expandable:1,limit_mb:4096`.
+struct caching_options {
+  /// @brief Free blocks larger than this are never split, and a request
+  /// smaller than it never takes one (an oversize request takes one at most
+  /// 20 MiB larger). Keeps huge cached blocks whole for huge requests.
+  /// Applies to ordinary segments; growable segments ignore it.
+  std::size_t max_split_size = std::numeric_limits<std::size_t>::max();
+  /// @brief Grow large-block memory by mapping pages into one reserved range
+  /// (the CUDA virtual memory API) instead of allocating new segments; free
+  /// pages can then be given back wherever they are. Falls back to ordinary
+  /// segments where the device has no virtual memory management.
+  bool expandable = false;
+  /// @brief The most bytes the resource may reserve from the device; past it
+  /// an allocation is refused as out of memory (after freeing the cache).
+  std::optional<std::size_t> limit;
+  /// @brief Bytes of freed blocks each thread may keep for its own reuse
+  /// without taking the resource's lock (0 turns per-thread caches off).
+  std::size_t thread_cache_size = std::size_t{256} << 20;
+  /// @brief Before reserving more memory, give back cached memory that
+  /// cannot serve the request when it is a large share of what is reserved
+  /// (the work has moved on, e.g. to new shapes): wholly free segments when
+  /// they are half of the reserve, or (growable range) idle pages, moved to
+  /// where the range grows, when they are a quarter. Keeps the footprint near
+  /// what is in use across such changes, at the cost of a device
+  /// synchronisation then; steady churn, which always leaves some memory idle,
+  /// does not trigger it. Off, cached memory is given back only when memory
+  /// runs out or on empty_cache() / trim().
+  bool release_before_grow = true;
+
+  /// @brief Parses `text` (see the class comment). `source` names where the
+  /// text came from in error messages.
+  /// @throws syncmem::logic_error naming the bad key or value and what is valid
+  [[nodiscard]] static caching_options parse(std::string_view text,
+                                             std::string_view source = "caching_options");
+  /// @brief The options of SYNCMEM_ALLOC_CONF; the defaults when it is unset or empty.
+  /// @throws syncmem::logic_error when it is malformed (names the variable, the key or value)
+  [[nodiscard]] static caching_options from_environment();
+  /// @brief The raw SYNCMEM_ALLOC_CONF, or nullopt when unset.
+  [[nodiscard]] static std::optional<std::string> environment_text();
+
+  /// @brief Every key with its value, in a form parse() reads back:
+  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1".
+  [[nodiscard]] std::string to_string() const;
+
+  friend bool operator==(const caching_options&, const caching_options&) = default;
+};
+
+}  // namespace syncmem::mr

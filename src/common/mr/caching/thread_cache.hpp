@@ -1,0 +1,258 @@
+#pragma once
+
+// The per-thread side of caching_resource: each thread keeps the blocks it
+// frees, by (stream, rounded size), and hands them out again without taking
+// the resource's lock; and it remembers the blocks it handed out, so that
+// freeing one finds its record without the lock either.
+//
+// A thread_cache belongs to one thread and one resource. Its bins are guarded
+// by its own spinlock, which other threads take only to take the blocks back
+// (memory short, empty_cache, snapshot, a stream destroyed, the resource
+// destroyed). The table of handed-out blocks and the counters are written by
+// the owning thread only.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "block.hpp"
+#include "spinlock.hpp"
+
+namespace syncmem::mr::detail {
+class caching_state;
+}
+
+namespace syncmem::mr::detail::caching {
+
+inline constexpr std::size_t bin_slots = 8;
+inline constexpr std::size_t bin_bytes = std::size_t{32} << 20;  // a bin holds about this much (at least one block)
+
+// Blocks freed on one stream for requests of one rounded size.
+struct bin {
+  CUstream_st* stream = nullptr;
+  std::size_t key = 0;  // 0: an unused slot of the table
+  std::uint32_t count = 0;
+  std::uint32_t capacity = 0;
+  std::array<block*, bin_slots> items{};
+};
+
+// Open addressing over (stream, key), linear probing. Bins are not removed
+// one by one; the table is rebuilt without its empty bins when it fills up.
+class bin_table {
+ public:
+  [[nodiscard]] bin* find(CUstream_st* s, std::size_t key) noexcept {
+    if (slots_.empty()) return nullptr;
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t i = hash(s, key) & mask;; i = (i + 1) & mask) {
+      bin& b = slots_[i];
+      if (b.key == key && b.stream == s) return &b;
+      if (b.key == 0) return nullptr;
+    }
+  }
+
+  // May allocate (grow the table).
+  [[nodiscard]] bin* find_or_add(CUstream_st* s, std::size_t key) {
+    if (bin* b = find(s, key)) return b;
+    if ((used_ + 1) * 2 > slots_.size()) rebuild();
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t i = hash(s, key) & mask;
+    while (slots_[i].key != 0) i = (i + 1) & mask;
+    bin& b = slots_[i];
+    b.stream = s;
+    b.key = key;
+    b.count = 0;
+    b.capacity = static_cast<std::uint32_t>(key >= bin_bytes ? 1 : std::min(bin_slots, bin_bytes / key));
+    ++used_;
+    return &b;
+  }
+
+  // Takes every block out: f(stream, block).
+  template <class F>
+  void drain(F&& f) {
+    for (bin& b : slots_) {
+      for (std::uint32_t i = 0; i < b.count; ++i) f(b.stream, b.items[i]);
+      b.count = 0;
+    }
+  }
+
+  // Takes out the blocks of one stream.
+  template <class F>
+  void drain_stream(CUstream_st* s, F&& f) {
+    for (bin& b : slots_) {
+      if (b.key == 0 || b.stream != s) continue;
+      for (std::uint32_t i = 0; i < b.count; ++i) f(b.stream, b.items[i]);
+      b.count = 0;
+    }
+  }
+
+ private:
+  static std::size_t hash(CUstream_st* s, std::size_t key) noexcept {
+    const std::uint64_t h = (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(s)) >> 4) *
+                                0x9E3779B97F4A7C15ULL ^
+                            (static_cast<std::uint64_t>(key) / granule) * 0xC2B2AE3D27D4EB4FULL;
+    return static_cast<std::size_t>(h ^ (h >> 31));
+  }
+
+  // Drops the empty bins (they come back when used), growing the table
+  // while it is small or the bins in use need the room.
+  void rebuild() {
+    std::size_t live = 0;
+    for (const bin& b : slots_) live += b.key != 0 && b.count > 0 ? 1 : 0;
+    std::size_t size = slots_.empty() ? 64 : (used_ < 1024 ? slots_.size() * 2 : slots_.size());
+    while ((live + 1) * 2 > size) size *= 2;
+    std::vector<bin> old(size);
+    old.swap(slots_);
+    used_ = 0;
+    const std::size_t mask = slots_.size() - 1;
+    for (const bin& b : old) {
+      if (b.key == 0 || b.count == 0) continue;
+      std::size_t i = hash(b.stream, b.key) & mask;
+      while (slots_[i].key != 0) i = (i + 1) & mask;
+      slots_[i] = b;
+      ++used_;
+    }
+  }
+
+  std::vector<bin> slots_;
+  std::size_t used_ = 0;
+};
+
+// The blocks a thread handed out: pointer -> (block, generation). A record
+// whose generation no longer matches the block's is stale (the block went
+// back through another thread) and is ignored. Records are hints: the table
+// may drop them all when it grows too large.
+class handed_out_table {
+ public:
+  struct entry {
+    std::uintptr_t ptr = 0;  // 0: unused
+    block* b = nullptr;
+    std::uint32_t generation = 0;
+  };
+
+  void insert(std::uintptr_t ptr, block* b, std::uint32_t generation) {
+    if ((used_ + 1) * 2 > slots_.size()) grow();
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t i = hash(ptr) & mask;
+    while (slots_[i].ptr != 0 && slots_[i].ptr != ptr) i = (i + 1) & mask;
+    if (slots_[i].ptr == 0) ++used_;
+    slots_[i] = {ptr, b, generation};
+  }
+
+  [[nodiscard]] const entry* find(std::uintptr_t ptr) const noexcept {
+    if (slots_.empty()) return nullptr;
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t i = hash(ptr) & mask;; i = (i + 1) & mask) {
+      const entry& e = slots_[i];
+      if (e.ptr == ptr) return &e;
+      if (e.ptr == 0) return nullptr;
+    }
+  }
+
+  // Backward-shift deletion: no tombstones, so lookups stay short.
+  void erase(std::uintptr_t ptr) noexcept {
+    if (slots_.empty()) return;
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t i = hash(ptr) & mask;
+    while (slots_[i].ptr != ptr) {
+      if (slots_[i].ptr == 0) return;
+      i = (i + 1) & mask;
+    }
+    --used_;
+    for (std::size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+      if (slots_[j].ptr == 0) break;
+      const std::size_t home = hash(slots_[j].ptr) & mask;
+      // Move j back to the hole at i unless its home lies cyclically in (i, j].
+      const bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+      if (!stays) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = entry{};
+  }
+
+ private:
+  static constexpr std::size_t max_entries = std::size_t{1} << 16;
+
+  static std::size_t hash(std::uintptr_t ptr) noexcept {
+    const std::uint64_t h = (static_cast<std::uint64_t>(ptr) / granule) * 0x9E3779B97F4A7C15ULL;
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+
+  void grow() {
+    if (used_ >= max_entries) {  // records of blocks freed by other threads pile up: start afresh
+      std::fill(slots_.begin(), slots_.end(), entry{});
+      used_ = 0;
+      return;
+    }
+    std::vector<entry> old(slots_.empty() ? 64 : slots_.size() * 2);
+    old.swap(slots_);
+    used_ = 0;
+    const std::size_t mask = slots_.size() - 1;
+    for (const entry& e : old) {
+      if (e.ptr == 0) continue;
+      std::size_t i = hash(e.ptr) & mask;
+      while (slots_[i].ptr != 0) i = (i + 1) & mask;
+      slots_[i] = e;
+      ++used_;
+    }
+  }
+
+  std::vector<entry> slots_;
+  std::size_t used_ = 0;
+};
+
+struct thread_cache {
+  thread_cache(std::weak_ptr<caching_state> owner_state, caching_state* state_ptr, std::uint64_t resource_id,
+               std::size_t budget_bytes)
+      : owner{std::move(owner_state)}, state{state_ptr}, id{resource_id}, budget{budget_bytes} {}
+
+  spinlock lock;
+  // Under lock, except that the owning thread, which alone adds bins (under
+  // the lock), may look one up without it; others only take blocks out.
+  bin_table bins;
+  std::size_t cached_bytes = 0;
+  bool dead = false;  // the thread exited or the resource is gone: nothing more goes in
+
+  // The owning thread only. A bin is made on the second miss of its (stream,
+  // size): sizes that recur are cached, one-off sizes (random churn) do not
+  // fill the cache.
+  struct recent_miss {
+    CUstream_st* stream = nullptr;
+    std::size_t key = 0;
+  };
+  std::array<recent_miss, 256> recent_misses{};
+
+  // The owning thread only:
+  handed_out_table handed_out;
+
+  // Written by the owning thread only (plain load and store, no read-modify-
+  // write), read by statistics(). The deltas are what this thread changed
+  // since it last added them to the resource's totals.
+  std::atomic<std::int64_t> allocated_delta{0};
+  std::atomic<std::int64_t> requested_delta{0};
+  std::atomic<std::int64_t> live_delta{0};
+  std::atomic<std::uint64_t> allocations{0};
+  std::atomic<std::uint64_t> deallocations{0};
+  std::atomic<std::uint64_t> hits{0};
+
+  const std::weak_ptr<caching_state> owner;
+  caching_state* const state;
+  const std::uint64_t id;
+  const std::size_t budget;
+};
+
+// Adds to an atomic that only the calling thread writes.
+inline void bump(std::atomic<std::int64_t>& a, std::int64_t delta) noexcept {
+  a.store(a.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+}
+inline void bump(std::atomic<std::uint64_t>& a) noexcept {
+  a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+}  // namespace syncmem::mr::detail::caching

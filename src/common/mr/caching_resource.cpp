@@ -1,0 +1,65 @@
+#include "syncmem/mr/caching_resource.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "caching/caching_state.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::mr {
+
+namespace {
+device_id checked(device_id device, const memory_resource* upstream) {
+  check_device(device);
+  if (upstream != nullptr) {
+    SYNCMEM_EXPECTS(upstream->kind() == memory_kind::device && upstream->device() == device,
+                    fmt::format("caching_resource({}): the upstream {} is not a device resource of {}",
+                                to_string(device), upstream->name(), to_string(device)));
+  }
+  return device;
+}
+}  // namespace
+
+caching_resource::caching_resource(device_id device, caching_options options, memory_resource* upstream)
+    : memory_resource{memory_kind::device, checked(device, upstream), default_alignment},
+      state_{std::make_shared<detail::caching_state>(device, std::move(options), upstream,
+                                                     fmt::format("caching_resource({})", to_string(device)))} {
+  state_->start();
+}
+
+caching_resource::~caching_resource() {
+  state_->shutdown();
+  state_.reset();  // the state goes once no exiting thread holds it either
+}
+
+std::string caching_resource::name() const { return fmt::format("caching_resource({})", to_string(*device())); }
+const caching_options& caching_resource::options() const noexcept { return state_->options(); }
+memory_resource* caching_resource::upstream() const noexcept { return state_->upstream(); }
+bool caching_resource::expandable() const noexcept { return state_->growable(); }
+
+void caching_resource::record_stream(void* p, stream_view stream) { state_->record_stream(p, stream); }
+
+void caching_resource::release_stream(stream_view stream) {
+  SYNCMEM_EXPECTS(stream.device() == *device(),
+                  fmt::format("{}: release_stream with a stream of {}", name(), to_string(stream.device())));
+  state_->release_stream(stream.native_handle());
+}
+
+void caching_resource::empty_cache() { (void)state_->trim(0); }
+std::size_t caching_resource::trim(std::size_t max_cached_bytes) { return state_->trim(max_cached_bytes); }
+void caching_resource::set_limit(std::optional<std::size_t> limit_bytes) { state_->set_limit(limit_bytes); }
+caching_statistics caching_resource::statistics() const { return state_->statistics(); }
+void caching_resource::reset_peaks() { state_->reset_peaks(); }
+allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }
+
+void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
+  return state_->allocate(bytes, stream);
+}
+
+void caching_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t) noexcept {
+  state_->deallocate(p, bytes, stream);
+}
+
+}  // namespace syncmem::mr

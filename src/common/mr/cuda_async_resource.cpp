@@ -1,0 +1,92 @@
+#include "syncmem/mr/cuda_async_resource.hpp"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "../backend.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/mr/allocation_label.hpp"
+
+namespace syncmem::mr {
+
+namespace {
+device_id checked_pool_device(device_id device) {
+  check_device(device);
+  device_guard guard{device};
+  if (!syncmem::detail::backend_for(device).supports_pools(device.index())) {
+    SYNCMEM_UNSUPPORTED(fmt::format("cuda_async_resource: {} has no stream-ordered memory pools "
+                                    "(cudaDevAttrMemoryPoolsSupported is 0)",
+                                    to_string(device)));
+  }
+  return device;
+}
+}  // namespace
+
+cuda_async_resource::cuda_async_resource(device_id device, cuda_async_options options)
+    : memory_resource{memory_kind::device, checked_pool_device(device), default_alignment}, options_{options} {
+  device_guard guard{device};
+  pool_ = syncmem::detail::backend_for(device).create_pool(device.index(), options.release_threshold);
+}
+
+cuda_async_resource::~cuda_async_resource() {
+  try {
+    device_guard guard{*device()};
+    syncmem::detail::backend_for(*device()).destroy_pool(device()->index(), pool_);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone, and the pool with it
+  }
+}
+
+std::string cuda_async_resource::name() const {
+  return fmt::format("cuda_async_resource({})", to_string(*device()));
+}
+
+cuda_async_statistics cuda_async_resource::statistics() const {
+  device_guard guard{*device()};
+  const auto u = syncmem::detail::backend_for(*device()).pool_usage(device()->index(), pool_);
+  return {u.reserved, u.reserved_high, u.used, u.used_high};
+}
+
+void cuda_async_resource::reset_peaks() {
+  device_guard guard{*device()};
+  syncmem::detail::backend_for(*device()).pool_reset_peaks(device()->index(), pool_);
+}
+
+void cuda_async_resource::trim(std::size_t keep_bytes) {
+  device_guard guard{*device()};
+  syncmem::detail::backend_for(*device()).pool_trim(device()->index(), pool_, keep_bytes);
+}
+
+void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
+  const device_id d = *device();
+  device_guard guard{d};
+  auto& backend = syncmem::detail::backend_for(d);
+  if (void* p = backend.pool_allocate(d.index(), pool_, bytes, stream.native_handle())) return p;
+  oom_info info;
+  info.requested = bytes;
+  info.device = d;
+  info.label = std::string{current_allocation_label()};
+  info.resource = name();
+  try {
+    const auto memory = backend.memory(d.index());
+    info.device_free = memory.free;
+    info.device_total = memory.total;
+    const auto usage = backend.pool_usage(d.index(), pool_);
+    info.reserved = usage.reserved;
+    info.in_use = usage.used;
+  } catch (...) {  // NOLINT(bugprone-empty-catch): report what is known
+  }
+  throw out_of_memory{std::move(info)};
+}
+
+void cuda_async_resource::do_deallocate(void* p, std::size_t, stream_view stream, std::size_t) noexcept {
+  try {
+    device_guard guard{*device()};
+    syncmem::detail::backend_for(*device()).pool_deallocate(device()->index(), pool_, p, stream.native_handle());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  }
+}
+
+}  // namespace syncmem::mr

@@ -1,0 +1,100 @@
+// ctest-labels: threaded
+#include "syncmem/mr/cuda_async_resource.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "resource_conformance.hpp"
+#include "syncmem/mr/allocation_label.hpp"
+
+using ::testing::HasSubstr;
+
+namespace syncmem::test {
+
+struct async_emulated : on_device<device_kind::emulated> {
+  static std::unique_ptr<mr::memory_resource> make() { return std::make_unique<mr::cuda_async_resource>(device()); }
+};
+struct async_emulated_releasing : on_device<device_kind::emulated> {
+  static device_id device() { return device_id::emulated(2); }
+  static std::unique_ptr<mr::memory_resource> make() {
+    return std::make_unique<mr::cuda_async_resource>(device(), mr::cuda_async_options{.release_threshold = 0});
+  }
+};
+struct async_cuda : on_device<device_kind::cuda> {
+  static std::unique_ptr<mr::memory_resource> make() { return std::make_unique<mr::cuda_async_resource>(device()); }
+};
+using kinds = ::testing::Types<async_emulated, async_emulated_releasing, async_cuda>;
+INSTANTIATE_TYPED_TEST_SUITE_P(cuda_async, resource_conformance, kinds);
+
+namespace {
+
+template <class Kind>
+class cuda_async_test : public device_test<Kind> {};
+TYPED_TEST_SUITE(cuda_async_test, device_kinds, device_kind_names);
+
+TYPED_TEST(cuda_async_test, CountsWhatThePoolHolds) {
+  mr::cuda_async_resource r{this->dev()};
+  EXPECT_EQ(r.name(), "cuda_async_resource(" + to_string(this->dev()) + ")");
+  stream s{this->dev()};
+  r.reset_peaks();
+  const auto before = r.statistics();
+  void* a = r.allocate(1 << 20, s);
+  void* b = r.allocate(3 << 20, s);
+  const auto during = r.statistics();
+  EXPECT_GE(during.used_bytes, before.used_bytes + (4 << 20));
+  EXPECT_GE(during.reserved_bytes, during.used_bytes);
+  EXPECT_GE(during.peak_used_bytes, during.used_bytes);
+  r.deallocate(a, 1 << 20, s);
+  r.deallocate(b, 3 << 20, s);
+  s.synchronize();
+  const auto after = r.statistics();
+  EXPECT_EQ(after.used_bytes, before.used_bytes);
+  EXPECT_GE(after.peak_used_bytes, before.used_bytes + (4 << 20));
+  EXPECT_GE(after.reserved_bytes, 4U << 20) << "the default threshold keeps what was reserved";
+  r.trim(0);
+  EXPECT_EQ(r.statistics().reserved_bytes, 0U);
+  r.reset_peaks();
+  EXPECT_EQ(r.statistics().peak_used_bytes, 0U);
+}
+
+TYPED_TEST(cuda_async_test, FreedMemoryIsReusedOnItsStream) {
+  mr::cuda_async_resource r{this->dev()};
+  stream s{this->dev()};
+  void* p = r.allocate(100000, s);
+  const auto seed = fresh_seed();
+  device_fill_pattern(s, p, 100000, seed);
+  EXPECT_TRUE(holds_pattern(memory_kind::device, s, p, 100000, seed));
+  r.deallocate(p, 100000, s);
+  s.synchronize();
+  const auto reserved = r.statistics().reserved_bytes;
+  void* q = r.allocate(100000, s);
+  EXPECT_EQ(r.statistics().reserved_bytes, reserved);
+  r.deallocate(q, 100000, s);
+}
+
+TYPED_TEST(cuda_async_test, OutOfMemorySaysWhatThePoolHolds) {
+  mr::cuda_async_resource r{this->dev()};
+  stream s{this->dev()};
+  const auto total = get_memory_info(this->dev()).total;
+  mr::scoped_allocation_label label{"too much"};
+  try {
+    (void)r.allocate(total * 2, s);
+    FAIL() << "allocated twice the device's memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(e.info().requested, total * 2);
+    EXPECT_EQ(e.info().label, "too much");
+    EXPECT_EQ(e.info().device, this->dev());
+    EXPECT_TRUE(e.info().reserved.has_value());
+    EXPECT_THAT(e.what(), HasSubstr("cuda_async_resource"));
+  }
+}
+
+TEST(CudaAsyncResource, RefusesWhatIsNotADevice) {
+  EXPECT_THROW(mr::cuda_async_resource{device_id::emulated(9)}, logic_error);
+  if (device_count(device_kind::cuda) == 0) {
+    EXPECT_THROW(mr::cuda_async_resource{device_id::cuda(0)}, unsupported_error);
+  }
+}
+
+}  // namespace
+}  // namespace syncmem::test
