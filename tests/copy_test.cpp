@@ -327,15 +327,26 @@ TYPED_TEST(Copy, BadInputIsRefusedAndCopiesNothing) {
   }
 }
 
-TEST(CopyBackends, MemoryOfTwoBackendsIsUnsupported) {
+TEST(CopyBackends, DeviceMemoryOfTwoBackendsGoesThroughTheHost) {
   SYNCMEM_REQUIRE_DEVICES(device_kind::cuda, 1);
-  test_buffer cuda_memory{mem::device, device_kind::cuda, 4096};
-  test_buffer emulated_memory{mem::device, device_kind::emulated, 4096};
-  EXPECT_THROW((void)copy_async(cuda_memory.data(), emulated_memory.data(), 4096,
-                                default_stream(device_id::emulated(0))),
-               unsupported_error);
-  EXPECT_THROW((void)copy_async(cuda_memory.data(), emulated_memory.data(), 4096, default_stream(device_id::cuda(0))),
-               unsupported_error);
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{4097}, std::size_t{9} << 20}) {
+    test_buffer cuda_memory{mem::device, device_kind::cuda, bytes};
+    test_buffer emulated_memory{mem::device, device_kind::emulated, bytes};
+    const auto source = test::random_bytes(bytes);
+    copy(emulated_memory.data(), source.data(), bytes, default_stream(device_id::emulated(0)));
+    // Either device's stream may carry it.
+    auto t = copy_async(cuda_memory.data(), emulated_memory.data(), bytes, default_stream(device_id::emulated(0)));
+    EXPECT_EQ(t.path(), copy_path::across_backends);
+    EXPECT_TRUE(t.ready());
+    std::vector<std::uint8_t> back(bytes);
+    copy(back.data(), cuda_memory.data(), bytes, default_stream(device_id::cuda(0)));
+    EXPECT_EQ(back, source);
+    const auto other = test::random_bytes(bytes);
+    copy(cuda_memory.data(), other.data(), bytes, default_stream(device_id::cuda(0)));
+    copy(emulated_memory.data(), cuda_memory.data(), bytes, default_stream(device_id::cuda(0)));
+    copy(back.data(), emulated_memory.data(), bytes, default_stream(device_id::emulated(0)));
+    EXPECT_EQ(back, other);
+  }
 }
 
 TEST(CopyOptions, SetAndGet) {
@@ -444,7 +455,7 @@ TYPED_TEST(Copy, LaterWorkOnTheStreamComesAfterTheDeviceSide) {
 }
 
 TYPED_TEST(Copy, LaterWorkComesAfterACopyBetweenDevices) {
-  this->require(2);
+  SYNCMEM_REQUIRE_COUNT(2);
   scoped_emulated_delay delay{std::chrono::microseconds{300}};
   const std::size_t n = 1 * MiB + 333;
   copy_options staged;

@@ -222,7 +222,7 @@ TYPED_TEST(SyncedMemory, AStreamDestroyedAfterUseIsNotUsedAgain) {
 }
 
 TYPED_TEST(SyncedMemory, AStreamOfAnotherDeviceIsAClearError) {
-  this->require(2);
+  SYNCMEM_REQUIRE_COUNT(2);
   synced_memory m{64, this->dev(0), {.label = "weights"}};
   stream other{this->dev(1)};
   try {
@@ -244,7 +244,7 @@ TEST(SyncedMemoryMixedKinds, AStreamOfAnEmulatedDeviceForACudaBufferIsRefused) {
 }
 
 TYPED_TEST(SyncedMemory, OperationsRestoreTheCurrentDevice) {
-  this->require(2);
+  SYNCMEM_REQUIRE_COUNT(2);
   std::thread{[this] {
     set_current_device(this->dev(1));
     synced_memory m{256, this->dev(0)};

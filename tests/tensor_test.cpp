@@ -416,7 +416,7 @@ TYPED_TEST(Tensor, CopyFromIsOrderedAfterPendingDeviceWork) {
 }
 
 TYPED_TEST(Tensor, CopyFromAcrossDevices) {
-  this->require(2);
+  SYNCMEM_REQUIRE_COUNT(2);
   const shape s{17, 33};
   stream s0{this->dev(0)};
   stream s1{this->dev(1)};

@@ -4,7 +4,6 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/version.h>
 
 #if __has_include(<c10/core/AllocatorConfig.h>)
 #include <c10/core/AllocatorConfig.h>
@@ -51,7 +50,7 @@ bool init(char* error, std::size_t error_size) noexcept {
   return init_ok;
 }
 
-const char* version() noexcept { return TORCH_VERSION; }
+const char* version() noexcept { return SYNCMEM_TORCH_VERSION_STRING; }  // as the torch package reported it
 
 void* allocate(std::size_t bytes, void* stream) noexcept {
   try {

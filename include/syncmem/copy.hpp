@@ -16,6 +16,7 @@
 /// | device → pageable, larger                  | staged_to_host     |
 /// | device → another device, peer access       | peer_dma           |
 /// | device → another device, no peer access    | peer_staged        |
+/// | device → a device of the other backend (CUDA ↔ emulated) | across_backends: through host memory |
 ///
 /// Pinned memory is memory the backend of `stream` has page-locked:
 /// cudaHostAlloc, caching_pinned_resource, registered_memory (or an emulated
@@ -25,8 +26,7 @@
 /// `stream` must belong to a device whose memory the copy touches: the device
 /// of device memory on either side (for a copy between two devices, either
 /// one). A copy between host memory alone may use a stream of any device.
-/// A stream of a device the copy does not involve, or device memory of two
-/// backends (CUDA and emulated), is a syncmem::logic_error / unsupported_error.
+/// A stream of a device the copy does not involve is a syncmem::logic_error.
 ///
 /// ## What every path guarantees
 /// (a) The copy reads and writes after all work enqueued on `stream` before
@@ -54,6 +54,7 @@
 /// | staged_to_device | at return (read during the call) | for `stream` at once, elsewhere when ready |
 /// | staged_to_host   | device source: at once | at return (ready at once)    |
 /// | peer_dma / peer_staged | device source: at once | for `stream` at once, elsewhere when ready |
+/// | across_backends  | at return              | at return (ready at once)     |
 ///
 /// The staged paths work synchronously on the host: staged_to_device returns
 /// once the last chunk's DMA is enqueued (its host threads have read the whole
@@ -100,6 +101,7 @@ enum class copy_path : unsigned char {
   staged_to_host,    ///< device to pageable through pinned chunks, the DMA overlapping host copies
   peer_dma,          ///< device to another device, directly (peer access)
   peer_staged,       ///< device to another device through pinned host chunks
+  across_backends,   ///< device to a device of the other backend, through host memory, complete at return
 };
 
 /// @brief "none", "host_memcpy", "dma", ...
@@ -173,7 +175,6 @@ class transfer {
 /// @brief Copies `bytes` bytes from `src` to `dst` in order on `stream`;
 /// returns at once where the path allows (see copy.hpp for each path).
 /// @throws syncmem::logic_error for bad input (nothing is copied)
-/// @throws syncmem::unsupported_error for memory of two backends
 /// @throws syncmem::cuda_error when the backend fails
 [[nodiscard]] transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view stream);
 /// @brief The same, with options other than get_copy_options().

@@ -187,13 +187,6 @@ void check_stream(stream_view stream, const side& dst, const side& src) {
   std::vector<device_id> involved;
   if (src.device) involved.push_back(*src.device);
   if (dst.device) involved.push_back(*dst.device);
-  for (const device_id d : involved) {
-    if (d.kind() != sd.kind()) {
-      SYNCMEM_UNSUPPORTED(fmt::format("copy_async: the copy involves {} and a stream of {}; copies between "
-                                      "memory of two backends (CUDA and emulated) are not supported",
-                                      to_string(d), to_string(sd)));
-    }
-  }
   if ((src.kind == memory_kind::managed || dst.kind == memory_kind::managed) && sd.kind() != device_kind::cuda) {
     SYNCMEM_FAIL(fmt::format("copy_async: managed memory needs a stream of a CUDA device, not {}", to_string(sd)));
   }
@@ -450,6 +443,27 @@ transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_
   return detail::transfer_access::make(done_after(s), copy_path::peer_staged);
 }
 
+// Device memory of two backends (a CUDA device and an emulated one): neither
+// backend reaches the other's memory, so the copy goes through host memory in
+// chunks, each coming down on a stream of the source's device and going up on
+// a stream of the destination's device, and is complete at return.
+transfer across_backends(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s, device_id from,
+                         device_id to, const copy_options& o) {
+  wait_for(s);  // (a)
+  const stream_view down = s.device() == from ? s : engine_stream(from);
+  const stream_view up = s.device() == to ? s : engine_stream(to);
+  const std::size_t chunk = std::min(bytes, o.max_chunk);
+  const auto host = std::make_unique<std::byte[]>(chunk);
+  for (std::size_t offset = 0; offset < bytes; offset += chunk) {
+    const std::size_t n = std::min(chunk, bytes - offset);
+    enqueue_copy(host.get(), src + offset, n, down);
+    down.synchronize();
+    enqueue_copy(dst + offset, host.get(), n, up);
+    up.synchronize();
+  }
+  return detail::transfer_access::make(nullptr, copy_path::across_backends);
+}
+
 // The path for two classified sides (see the table in copy.hpp).
 transfer dispatch(void* dst, const side& to, const void* src, const side& from, std::size_t bytes, stream_view stream,
                   const copy_options& options) {
@@ -461,6 +475,9 @@ transfer dispatch(void* dst, const side& to, const void* src, const side& from, 
   }
   if (to.kind == memory_kind::device && from.kind == memory_kind::device) {
     if (*to.device == *from.device) return direct(dst, src, bytes, stream, copy_path::dma);
+    if (to.device->kind() != from.device->kind()) {
+      return across_backends(out, in, bytes, stream, *from.device, *to.device, options);
+    }
     if (options.peer_access && peer_usable(*from.device, *to.device)) {
       return direct(dst, src, bytes, stream, copy_path::peer_dma);
     }
@@ -490,6 +507,7 @@ std::string_view to_string(copy_path path) noexcept {
     case copy_path::staged_to_host: return "staged_to_host";
     case copy_path::peer_dma: return "peer_dma";
     case copy_path::peer_staged: return "peer_staged";
+    case copy_path::across_backends: return "across_backends";
   }
   return "unknown";
 }

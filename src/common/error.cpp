@@ -87,6 +87,11 @@ void throw_cuda_error(int code, const char* call, const char* file, int line) {
   throw cuda_error{code, cuda_error_name(code), cuda_error_message(code), call, short_path(file), line};
 }
 
+bool is_shutdown_error(const std::exception& e) noexcept {
+  const auto* cuda = dynamic_cast<const cuda_error*>(&e);
+  return cuda != nullptr && cuda_is_shutting_down(cuda->code());
+}
+
 void report_noexcept_failure(int code, const char* call, const char* file, int line) noexcept {
   cuda_clear_last_error();
   if (cuda_is_shutting_down(code)) return;  // at exit; nothing left to free

@@ -45,7 +45,7 @@ void notify_stream_destroying(device_id device, CUstream_st* handle) noexcept {
     try {
       observer(device, handle);
     } catch (const std::exception& e) {
-      logger().error("an observer of stream destruction failed: {}", e.what());
+      report_failure(e, "an observer of stream destruction failed: {}", e.what());
     } catch (...) {
       logger().error("an observer of stream destruction failed");
     }

@@ -67,6 +67,9 @@ class device_test : public ::testing::Test {
 
   void SetUp() override { require(1); }
 
+  // Skips (or fails) the test unless `needed` devices of the kind exist. In a
+  // test body use SYNCMEM_REQUIRE_COUNT(n), which also returns from the body.
+
   [[nodiscard]] static device_id dev(int index = 0) { return device_id{kind, index}; }
   [[nodiscard]] static int count() { return device_count(kind); }
   [[nodiscard]] static bool is_cuda() { return kind == device_kind::cuda; }
@@ -84,6 +87,14 @@ class device_test : public ::testing::Test {
 };
 
 }  // namespace syncmem::test
+
+// In a typed device_test body: skips the test (returning from it) unless `n`
+// devices of the suite's kind exist.
+#define SYNCMEM_REQUIRE_COUNT(n)                                                          \
+  do {                                                                                    \
+    this->require(n);                                                                     \
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return;       \
+  } while (false)
 
 // In a test body: skips unless `n` devices of `kind` exist.
 #define SYNCMEM_REQUIRE_DEVICES(kind, n)                                                          \

@@ -197,7 +197,7 @@ void caching_state::shutdown() noexcept {
     std::lock_guard lock{mutex_};
     for (auto [s, b] : blocks) return_cached(b, s);
   } catch (const std::exception& e) {
-    syncmem::detail::logger().error("{}: taking back per-thread caches failed: {}", name_, e.what());
+    syncmem::detail::report_failure(e, "{}: taking back per-thread caches failed: {}", name_, e.what());
   }
 }
 
@@ -491,7 +491,7 @@ void caching_state::deallocate_slow(void* p, stream_view s, thread_cache* tc) no
           }
           b->events.push_back(e);
         } catch (const std::exception& e) {
-          syncmem::detail::logger().error("{}: recording the use of {} on stream {} failed ({}); waiting for the "
+          syncmem::detail::report_failure(e, "{}: recording the use of {} on stream {} failed ({}); waiting for the "
                                           "device instead",
                                           name_, p, hex(use), e.what());
           device_guard guard{device_};
@@ -513,7 +513,7 @@ void caching_state::deallocate_slow(void* p, stream_view s, thread_cache* tc) no
     free_block(b, pool);
   } catch (const std::exception& e) {
     try {
-      syncmem::detail::logger().error("{}: deallocate of {} failed: {}", name_, p, e.what());
+      syncmem::detail::report_failure(e, "{}: deallocate of {} failed: {}", name_, p, e.what());
     } catch (...) {  // NOLINT(bugprone-empty-catch): deallocate does not throw
     }
   } catch (...) {  // NOLINT(bugprone-empty-catch)
@@ -798,7 +798,7 @@ void caching_state::retire_cache(thread_cache& cache, drained_list& blocks) noex
     std::erase_if(caches_, [&cache](const std::shared_ptr<thread_cache>& c) { return c.get() == &cache; });
   } catch (const std::exception& e) {
     try {
-      syncmem::detail::logger().error("{}: taking back a thread's cache failed: {}", name_, e.what());
+      syncmem::detail::report_failure(e, "{}: taking back a thread's cache failed: {}", name_, e.what());
     } catch (...) {  // NOLINT(bugprone-empty-catch)
     }
   }
@@ -910,7 +910,7 @@ void caching_state::release_stream(CUstream_st* handle) noexcept {
     try {
       record(retired.retire_event, handle);
     } catch (const std::exception& e) {
-      syncmem::detail::logger().error("{}: recording an event on a stream being destroyed failed ({}); waiting for "
+      syncmem::detail::report_failure(e, "{}: recording an event on a stream being destroyed failed ({}); waiting for "
                                       "the device instead",
                                       name_, e.what());
       device_guard guard{device_};
@@ -921,7 +921,7 @@ void caching_state::release_stream(CUstream_st* handle) noexcept {
     }
   } catch (const std::exception& e) {
     try {
-      syncmem::detail::logger().error("{}: releasing stream {} failed: {}", name_, hex(handle), e.what());
+      syncmem::detail::report_failure(e, "{}: releasing stream {} failed: {}", name_, hex(handle), e.what());
     } catch (...) {  // NOLINT(bugprone-empty-catch)
     }
   }
