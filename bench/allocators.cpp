@@ -11,7 +11,8 @@
 //   alloc/replay/<method>/<trace>    a whole trace; counters peak_reserved, peak_allocated, peak_ratio, ns_per_op
 //
 // Methods: caching, caching_expandable (ours); cudaMalloc, cudaMallocAsync,
-// pytorch, pytorch_expandable (CUDA); emulated, emulated_async (emulated).
+// pytorch (CUDA; or pytorch_expandable with SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1,
+// in a process of its own); emulated, emulated_async (emulated).
 
 #include <benchmark/benchmark.h>
 
@@ -166,9 +167,15 @@ std::vector<method> methods_for(device_id device) {
                                                                       false);
                        }});
 #ifdef SYNCMEM_BENCH_HAS_TORCH
-    methods.push_back({"pytorch", [](device_id d, bool) { return std::make_unique<torch_under_test>(d, false); }});
-    methods.push_back(
-        {"pytorch_expandable", [](device_id d, bool) { return std::make_unique<torch_under_test>(d, true); }});
+    // PyTorch cannot switch to expandable segments once it has allocated, so
+    // its expandable mode is measured in a process of its own:
+    // SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1 registers it instead of the default mode.
+    if (const char* e = std::getenv("SYNCMEM_BENCH_PYTORCH_EXPANDABLE"); e != nullptr && std::string{e} == "1") {
+      methods.push_back(
+          {"pytorch_expandable", [](device_id d, bool) { return std::make_unique<torch_under_test>(d, true); }});
+    } else {
+      methods.push_back({"pytorch", [](device_id d, bool) { return std::make_unique<torch_under_test>(d, false); }});
+    }
 #endif
   } else {
     methods.push_back({"emulated", [](device_id d, bool replay) {

@@ -15,6 +15,7 @@
 #include "copy_internal.hpp"
 #include "event_pool.hpp"
 #include "host_copy_pool.hpp"
+#include "release_at_exit.hpp"
 #include "log.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -533,7 +534,11 @@ mr::caching_pinned_resource& staging_resource(device_kind backend) {
   auto& e = the_engine();
   const auto i = static_cast<std::size_t>(backend);
   // Never destroyed: transfers may still be freeing staging blocks after main().
-  std::call_once(e.staging_once[i], [&] { e.staging[i] = new mr::caching_pinned_resource{backend}; });
+  std::call_once(e.staging_once[i], [&] {
+    auto* r = new mr::caching_pinned_resource{backend};
+    detail::release_at_exit([r] { r->trim(); });
+    e.staging[i] = r;
+  });
   return *e.staging[i];
 }
 

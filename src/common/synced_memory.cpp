@@ -171,7 +171,6 @@ void synced_memory::prefetch_to_host(stream_view s) {
   if (state_ != sync_state::at_device || size_ == 0) return;  // nothing to copy
   device_guard guard{device_};
   order_on(s);
-  wait_for_copy();
   if (host_.ptr == nullptr) host_ = allocate_host(capacity_);
   start_copy(host_.ptr, device_side_.ptr, size_, s, in_flight::to_host);
   state_before_copy_ = sync_state::at_device;
@@ -208,7 +207,10 @@ sync_state synced_memory::state() const {
 
 void synced_memory::to_host(bool for_write) {
   check_usable();
-  wait_for_copy();  // a copy in flight reads or writes the host side
+  // A download in flight writes the host side: wait before any host access. An
+  // upload in flight reads it: wait before a host write. A download started
+  // below needs no wait: it is ordered after any copy in flight on the device.
+  if (in_flight_ == in_flight::to_host || (for_write && in_flight_ != in_flight::none)) wait_for_copy();
   switch (state_) {
     case sync_state::uninitialized:
       if (size_ == 0) break;
@@ -261,8 +263,10 @@ void synced_memory::to_device(stream_view s, bool prefetch) {
   }
 }
 
+// Every copy is enqueued on the stream of the last device-side use (or one
+// ordered after it), so it runs after any copy still in flight, which it
+// replaces as the one to wait for.
 void synced_memory::start_copy(void* dst, const void* src, std::size_t bytes, stream_view s, in_flight direction) {
-  wait_for_copy();
   // The buffer knows both kinds: the engine need not ask the driver about the pointers.
   prefetch_in_flight_ = false;
   copy_ = direction == in_flight::to_host ? detail::copy_async_known(dst, host_.kind, src, memory_kind::device, bytes, s)

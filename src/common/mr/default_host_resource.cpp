@@ -1,5 +1,6 @@
 #include "default_host_resource.hpp"
 
+#include "../release_at_exit.hpp"
 #include "syncmem/mr/caching_pinned_resource.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
 
@@ -12,11 +13,16 @@ memory_resource& default_host_resource(memory_kind kind, device_kind backend) {
   }
   // Pinning costs milliseconds per call: cache the blocks (reused once the
   // copies that used them have completed).
+  auto make = [](device_kind which) {
+    auto* r = new caching_pinned_resource{which};
+    syncmem::detail::release_at_exit([r] { r->trim(); });
+    return r;
+  };
   if (backend == device_kind::cuda) {
-    static auto* const pinned = new caching_pinned_resource{device_kind::cuda};
+    static auto* const pinned = make(device_kind::cuda);
     return *pinned;
   }
-  static auto* const pinned = new caching_pinned_resource{device_kind::emulated};
+  static auto* const pinned = make(device_kind::emulated);
   return *pinned;
 }
 

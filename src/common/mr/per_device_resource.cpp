@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "../release_at_exit.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/caching_resource.hpp"
@@ -38,7 +39,9 @@ registry& slots() {
 // A caching allocator per device, configured by SYNCMEM_ALLOC_CONF (a
 // malformed value is an error here, on first use, naming what is wrong).
 memory_resource* make_built_in(device_id device) {
-  return new caching_resource{device, caching_options::from_environment()};
+  auto* r = new caching_resource{device, caching_options::from_environment()};
+  syncmem::detail::release_at_exit([r] { r->empty_cache(); });
+  return r;
 }
 
 slot& checked_slot(device_id device) {
