@@ -78,8 +78,8 @@ class backend_impl final : public backend {
 }  // namespace
 
 backend& cuda_backend() noexcept {
-  static backend_impl impl;
-  return impl;
+  static auto* const impl = new backend_impl{};  // never destroyed: device objects may outlive main()
+  return *impl;
 }
 
 }  // namespace syncmem::detail

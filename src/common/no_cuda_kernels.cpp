@@ -23,8 +23,8 @@ class no_cuda_kernels final : public device_kernels {
 }  // namespace
 
 device_kernels& cuda_kernels() noexcept {
-  static no_cuda_kernels impl;
-  return impl;
+  static auto* const impl = new no_cuda_kernels{};  // never destroyed: tensors may outlive main()
+  return *impl;
 }
 
 }  // namespace syncmem::detail
