@@ -116,12 +116,12 @@ struct copy_options {
   /// @brief The first staging chunk; each next chunk doubles, up to max_chunk,
   /// so that the pipeline starts at once and large copies pay little per chunk.
   std::size_t min_chunk = std::size_t{256} << 10;
-  std::size_t max_chunk = std::size_t{4} << 20;
+  std::size_t max_chunk = std::size_t{16} << 20;
   /// @brief Pinned buffers a staged copy cycles through (2 or more lets the
   /// host copy of one chunk overlap the DMA of the previous ones).
-  int staging_buffers = 3;
+  int staging_buffers = 4;
   /// @brief Threads that copy on the host, the calling thread included; 0:
-  /// as many as the cores, at most 8.
+  /// as many as the cores, at most 16.
   int host_threads = 0;
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.

@@ -601,6 +601,18 @@ transfer detail::copy_async_known(void* dst, memory_kind dst_kind, const void* s
   return dispatch(dst, side_of(dst_kind), src, side_of(src_kind), bytes, stream, get_copy_options());
 }
 
+void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,
+                                 std::size_t bytes, stream_view stream) {
+  if (bytes == 0) return;
+  const auto direct_side = [](memory_kind k) { return k == memory_kind::pinned_host || k == memory_kind::device; };
+  if (direct_side(dst_kind) && direct_side(src_kind)) {
+    enqueue_copy(dst, src, bytes, stream);
+    stream.synchronize();
+    return;
+  }
+  copy_async_known(dst, dst_kind, src, src_kind, bytes, stream).wait();
+}
+
 memory_kind detail::host_memory_kind_for(const void* p, device_kind backend) { return classify(p, backend).kind; }
 
 void copy(void* dst, const void* src, std::size_t bytes, stream_view stream) {

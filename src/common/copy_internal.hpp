@@ -15,6 +15,12 @@ namespace syncmem::detail {
 [[nodiscard]] transfer copy_async_known(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,
                                         std::size_t bytes, stream_view stream);
 
+// The same, waiting until the destination is complete. A direct DMA (pinned or
+// device memory on both sides) waits for the stream itself, which nothing was
+// enqueued on after the copy: no event is needed for that.
+void copy_known_and_wait(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind, std::size_t bytes,
+                         stream_view stream);
+
 // The kind of host memory `p` is to the backend that will copy it (memory an
 // emulated device pinned is pageable to CUDA, and the other way round).
 [[nodiscard]] memory_kind host_memory_kind_for(const void* p, device_kind backend);

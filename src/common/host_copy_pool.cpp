@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <thread>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace syncmem::detail {
 
@@ -21,14 +26,51 @@ host_copy_pool& host_copy_pool::instance() {
 
 int host_copy_pool::default_threads() noexcept {
   const unsigned cores = std::thread::hardware_concurrency();
-  return static_cast<int>(std::clamp(cores, 1U, 8U));
+  return static_cast<int>(std::clamp(cores, 1U, 16U));
+}
+
+// A large piece copied with streaming stores: the destination (a staging
+// buffer the DMA reads next, or memory a download fills) is not pulled into
+// the cache first, which saves a third of the memory traffic of the copy.
+// Measured on the H100 machine: 16 threads reach 59.5 GB/s this way, 45 GB/s
+// with memcpy (bench/tuning/engine_tuning.cpp).
+void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes) noexcept {
+#if defined(__SSE2__)
+  constexpr std::size_t streaming_from = std::size_t{64} << 10;
+  if (bytes >= streaming_from) {
+    auto* d = static_cast<std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16;
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    auto* out = reinterpret_cast<__m128i*>(d);
+    const auto* in = reinterpret_cast<const __m128i*>(s);
+    const std::size_t blocks = bytes / 64;
+    for (std::size_t i = 0; i < blocks; ++i, out += 4, in += 4) {
+      const __m128i a = _mm_loadu_si128(in);
+      const __m128i b = _mm_loadu_si128(in + 1);
+      const __m128i c = _mm_loadu_si128(in + 2);
+      const __m128i e = _mm_loadu_si128(in + 3);
+      _mm_stream_si128(out, a);
+      _mm_stream_si128(out + 1, b);
+      _mm_stream_si128(out + 2, c);
+      _mm_stream_si128(out + 3, e);
+    }
+    std::memcpy(out, in, bytes - blocks * 64);
+    _mm_sfence();  // visible before the piece is reported done (and before any DMA reads it)
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
 }
 
 void host_copy_pool::copy(void* dst, const void* src, std::size_t bytes, int threads) {
   threads = std::clamp(threads, 1, max_threads);
   const std::size_t most_pieces = bytes / min_piece;
   if (threads == 1 || most_pieces < 2) {
-    std::memcpy(dst, src, bytes);
+    copy_piece(dst, src, bytes);
     return;
   }
   const auto pieces_wanted = std::min<std::size_t>(static_cast<std::size_t>(threads), most_pieces);
@@ -54,7 +96,7 @@ void host_copy_pool::copy(void* dst, const void* src, std::size_t bytes, int thr
   }
   if (wake) available_.notify_all();
 
-  std::memcpy(d, s, std::min(piece, bytes));
+  copy_piece(d, s, std::min(piece, bytes));
   for (;;) {
     const std::size_t left = done->remaining.load(std::memory_order_acquire);
     if (left == 0) break;
@@ -86,7 +128,7 @@ bool host_copy_pool::run_one() {
 }
 
 void host_copy_pool::run(task& t) noexcept {
-  std::memcpy(t.dst, t.src, t.bytes);
+  copy_piece(t.dst, t.src, t.bytes);
   if (t.done->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) t.done->remaining.notify_all();
   t.done.reset();
 }

@@ -31,6 +31,8 @@ class host_copy_pool {
 
   // Threads used when none are asked for: the cores, at most 8.
   [[nodiscard]] static int default_threads() noexcept;
+  // Copies one piece (streaming stores for large ones).
+  static void copy_piece(void* dst, const void* src, std::size_t bytes) noexcept;
 
   // Pieces smaller than this are not worth a thread.
   static constexpr std::size_t min_piece = std::size_t{64} << 10;

@@ -222,11 +222,15 @@ void synced_memory::to_host(bool for_write) {
       if (size_ == 0) break;
       device_guard guard{device_};
       if (host_.ptr == nullptr) host_ = allocate_host(capacity_);
-      // In order after the last device-side write, then wait for that copy only.
-      start_copy(host_.ptr, device_side_.ptr, size_, last_or_default_stream(), in_flight::to_host);
-      state_before_copy_ = sync_state::at_device;
+      // In order after the last device-side write (and after any copy in
+      // flight on that stream), waited for at once: no event to record.
+      detail::copy_known_and_wait(host_.ptr, host_.kind, device_side_.ptr, memory_kind::device, size_,
+                                  last_or_default_stream());
+      copy_ = transfer{};
+      in_flight_ = in_flight::none;
+      ++counters_.to_host_copies;
+      counters_.to_host_bytes += size_;
       state_ = sync_state::synced;
-      wait_for_copy();
       break;
     }
     case sync_state::at_host:
