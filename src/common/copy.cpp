@@ -45,6 +45,13 @@ struct transfer_access {
     t.path_ = path;
     return t;
   }
+  static void finish_completed(transfer& t) noexcept {
+    if (t.state_ && t.state_->done) {
+      event_pool::instance().release_completed(std::move(*t.state_->done));
+      t.state_->done.reset();
+    }
+    t = transfer{};
+  }
 };
 
 }  // namespace detail
@@ -370,7 +377,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const std::size_t k = i % count;
     if (sent.recorded(k)) sent[k].synchronize();  // the buffer's previous chunk has left
-    pool.copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, threads);
+    pool.copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, threads, detail::host_store::cached);
     enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, s);
     sent.record(k, s);
   }
@@ -612,6 +619,8 @@ void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* sr
   }
   copy_async_known(dst, dst_kind, src, src_kind, bytes, stream).wait();
 }
+
+void detail::finish_completed(transfer& t) noexcept { transfer_access::finish_completed(t); }
 
 memory_kind detail::host_memory_kind_for(const void* p, device_kind backend) { return classify(p, backend).kind; }
 

@@ -21,6 +21,10 @@ namespace syncmem::detail {
 void copy_known_and_wait(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind, std::size_t bytes,
                          stream_view stream);
 
+// Ends `t`, which the caller knows has completed (its stream was synchronized
+// after it): its event goes back to the pool as one needing no query.
+void finish_completed(transfer& t) noexcept;
+
 // The kind of host memory `p` is to the backend that will copy it (memory an
 // emulated device pinned is pageable to CUDA, and the other way round).
 [[nodiscard]] memory_kind host_memory_kind_for(const void* p, device_kind backend);

@@ -226,7 +226,7 @@ void synced_memory::to_host(bool for_write) {
       // flight on that stream), waited for at once: no event to record.
       detail::copy_known_and_wait(host_.ptr, host_.kind, device_side_.ptr, memory_kind::device, size_,
                                   last_or_default_stream());
-      copy_ = transfer{};
+      detail::finish_completed(copy_);  // any copy in flight ran before it
       in_flight_ = in_flight::none;
       ++counters_.to_host_copies;
       counters_.to_host_bytes += size_;
