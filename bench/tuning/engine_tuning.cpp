@@ -3,7 +3,7 @@
 // streaming stores, 1..N threads) and the engine's pageable bandwidth over a
 // grid of copy_options, each printed as one line.
 //
-//   engine_tuning [size_mib] [threads,...] [max_chunk_mib,...] [buffers,...]
+//   engine_tuning [size_kib] [threads,...] [max_chunk_mib,...] [buffers,...] [min_chunk_kib,...]
 
 #include <emmintrin.h>
 
@@ -79,27 +79,32 @@ double host_ceiling(void* dst, const void* src, std::size_t bytes, int threads, 
   return best;
 }
 
+// GB/s of the engine's copy: the median of many rounds for small sizes, the
+// best of three for large ones.
 double engine_bandwidth(void* dst, const void* src, std::size_t bytes, syncmem::stream_view s,
                         const syncmem::copy_options& o) {
   syncmem::copy(dst, src, bytes, s, o);  // warm: staging buffers, threads
-  double best = 0;
-  for (int round = 0; round < 3; ++round) {
+  const std::size_t rounds = std::clamp<std::size_t>((std::size_t{256} << 20) / bytes, 3, 301);
+  std::vector<double> rates;
+  for (std::size_t round = 0; round < rounds; ++round) {
     const auto start = clock_type::now();
     syncmem::copy(dst, src, bytes, s, o);
     const double t = std::chrono::duration<double>(clock_type::now() - start).count();
-    best = std::max(best, static_cast<double>(bytes) / t / 1e9);
+    rates.push_back(static_cast<double>(bytes) / t / 1e9);
   }
-  return best;
+  std::sort(rates.begin(), rates.end());
+  return rounds == 3 ? rates.back() : rates[rates.size() / 2];
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 256;
+  const std::size_t kib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 256 * 1024;
   const auto threads = parse_list(argc > 2 ? argv[2] : nullptr, {4, 8, 12, 16});
   const auto chunks = parse_list(argc > 3 ? argv[3] : nullptr, {4, 8, 16, 32});
   const auto buffers = parse_list(argc > 4 ? argv[4] : nullptr, {2, 3, 4});
-  const std::size_t bytes = mib << 20;
+  const auto first_chunks = parse_list(argc > 5 ? argv[5] : nullptr, {256});
+  const std::size_t bytes = kib << 10;
   const auto device = syncmem::current_device();
   auto s = syncmem::default_stream(device);
 
@@ -110,7 +115,7 @@ int main(int argc, char** argv) {
   void* dev = syncmem::mr::get_per_device_resource(device).allocate(bytes, s);
   std::memset(pinned, 3, bytes);
 
-  std::printf("host copy ceilings, pageable -> pinned, %zu MiB:\n", mib);
+  std::printf("host copy ceilings, pageable -> pinned, %zu KiB:\n", kib);
   for (int t : {1, 2, 4, 8, 12, 16}) {
     std::printf("  %2d threads: memcpy %6.1f GB/s, streaming stores %6.1f GB/s\n", t,
                 host_ceiling(pinned, pageable.data(), bytes, t, false),
@@ -122,18 +127,21 @@ int main(int argc, char** argv) {
   std::printf("pinned h2d: %.1f GB/s\n",
               static_cast<double>(bytes) / std::chrono::duration<double>(clock_type::now() - pinned_start).count() / 1e9);
 
-  std::printf("engine, pageable, %zu MiB:\n", mib);
+  std::printf("engine, pageable, %zu KiB:\n", kib);
   for (int t : threads) {
     for (int c : chunks) {
       for (int b : buffers) {
-        syncmem::copy_options o = syncmem::get_copy_options();
-        o.host_threads = t;
-        o.max_chunk = static_cast<std::size_t>(c) << 20;
-        o.staging_buffers = b;
-        std::printf("  threads %2d chunk %2d MiB buffers %d: h2d %6.1f GB/s, d2h %6.1f GB/s\n", t, c, b,
-                    engine_bandwidth(dev, pageable.data(), bytes, s, o),
-                    engine_bandwidth(back.data(), dev, bytes, s, o));
-        std::fflush(stdout);
+        for (int f : first_chunks) {
+          syncmem::copy_options o = syncmem::get_copy_options();
+          o.host_threads = t;
+          o.max_chunk = static_cast<std::size_t>(c) << 20;
+          o.staging_buffers = b;
+          o.min_chunk = std::min(static_cast<std::size_t>(f) << 10, o.max_chunk);
+          std::printf("  threads %2d chunk %4d KiB..%2d MiB buffers %d: h2d %6.1f GB/s, d2h %6.1f GB/s\n", t, f, c, b,
+                      engine_bandwidth(dev, pageable.data(), bytes, s, o),
+                      engine_bandwidth(back.data(), dev, bytes, s, o));
+          std::fflush(stdout);
+        }
       }
     }
   }

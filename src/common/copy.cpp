@@ -377,7 +377,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const std::size_t k = i % count;
     if (sent.recorded(k)) sent[k].synchronize();  // the buffer's previous chunk has left
-    pool.copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, threads, detail::host_store::cached);
+    pool.copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, threads);
     enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, s);
     sent.record(k, s);
   }

@@ -21,10 +21,10 @@
 namespace syncmem::detail {
 
 // How the destination is written. Streaming (non-temporal) stores skip reading
-// the destination into the cache first: best where the data is not read again
-// soon (a download's destination). A staging buffer that the DMA engine reads
-// next is written through the cache: measured on the H100 machine, uploads
-// ran 42-45 GB/s that way and 30-39 GB/s with streaming stores.
+// the destination into the cache first, and leave no dirty lines behind that
+// a DMA reading the destination next would have to fetch from the cores'
+// caches: measured on the H100 machine, a 4 MiB staging buffer filled by 16
+// threads went up in 88 us after streaming stores, 198 us after ordinary ones.
 enum class host_store { cached, streaming };
 
 class host_copy_pool {
