@@ -126,6 +126,10 @@ struct copy_options {
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.
   bool peer_access = true;
+  /// @brief The pinned memory staged copies take their buffers from (it must
+  /// hand out memory pinned for the stream's backend); nullptr:
+  /// staging_resource(backend). Not owned: it must outlive the copies.
+  mr::caching_pinned_resource* staging = nullptr;
 };
 
 /// @brief The options copy_async uses when given none.

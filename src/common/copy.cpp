@@ -262,8 +262,8 @@ std::vector<chunk> plan_chunks(std::size_t bytes, const copy_options& o, std::si
 // stream, so that the cache reuses them only after the copy's DMAs.
 class staging_ring {
  public:
-  staging_ring(device_kind backend, std::size_t count, std::size_t bytes, stream_view s)
-      : resource_{&staging_resource(backend)}, bytes_{bytes}, stream_{s} {
+  staging_ring(const copy_options& o, std::size_t count, std::size_t bytes, stream_view s)
+      : resource_{o.staging != nullptr ? o.staging : &staging_resource(s.device().kind())}, bytes_{bytes}, stream_{s} {
     buffers_.reserve(count);
     try {
       for (std::size_t i = 0; i < count; ++i) {
@@ -370,7 +370,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   std::size_t largest = 0;
   const auto chunks = plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
-  std::optional<staging_ring> ring{std::in_place, s.device().kind(), count, largest, s};
+  std::optional<staging_ring> ring{std::in_place, o, count, largest, s};
   event_slots sent{count};
   auto& pool = host_copy_pool::instance();
   const int threads = threads_of(o);
@@ -395,7 +395,7 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
   std::size_t largest = 0;
   const auto chunks = plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
-  staging_ring ring{s.device().kind(), count, largest, s};
+  staging_ring ring{o, count, largest, s};
   event_slots landed{count};
   auto& pool = host_copy_pool::instance();
   const int threads = threads_of(o);
@@ -429,7 +429,7 @@ transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   // Freed with `s` alone: every use of the buffers on the other stream comes
   // before an event that `s` waits for (the last upload, or each download).
-  std::optional<staging_ring> ring{std::in_place, s.device().kind(), count, largest, s};
+  std::optional<staging_ring> ring{std::in_place, o, count, largest, s};
   event_slots before{1};
   event_slots landed{count};
   event_slots uploaded{count};
