@@ -121,7 +121,7 @@ struct copy_options {
   /// host copy of one chunk overlap the DMA of the previous ones).
   int staging_buffers = 4;
   /// @brief Threads that copy on the host, the calling thread included; 0:
-  /// as many as the cores, at most 16.
+  /// half the cores, at most 8.
   int host_threads = 0;
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.

@@ -36,7 +36,7 @@ class host_copy_pool {
   // `threads` threads, the caller included. Small copies stay on the caller.
   void copy(void* dst, const void* src, std::size_t bytes, int threads, host_store store = host_store::streaming);
 
-  // Threads used when none are asked for: the cores, at most 16.
+  // Threads used when none are asked for: half the cores, at most 8.
   [[nodiscard]] static int default_threads() noexcept;
   // Copies one piece (with streaming stores when asked and the piece is large).
   static void copy_piece(void* dst, const void* src, std::size_t bytes, host_store store) noexcept;
