@@ -31,6 +31,8 @@ void PrintTo(sync_state state, std::ostream* os) { *os << to_string(state); }
 
 namespace {
 
+using test::read_device;
+
 // ---------------------------------------------------------------------------
 // The reference model: contents and which side is newest, nothing else.
 // ---------------------------------------------------------------------------
@@ -157,17 +159,6 @@ std::shared_ptr<void> lend_device(std::size_t n, device_id device) {
                                  device_guard g{device};
                                  detail::backend_for(device).deallocate(device.index(), q, n);
                                }};
-}
-
-// Reads n device bytes into host memory, in order on s (pageable memory: the
-// copy is complete when the stream is synchronized).
-std::vector<std::uint8_t> read_device(stream_view s, const void* p, std::size_t n) {
-  std::vector<std::uint8_t> out(n);
-  if (n == 0) return out;
-  device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(out.data(), p, n, s.device().index(), s.native_handle());
-  s.synchronize();
-  return out;
 }
 
 void write_device(stream_view s, void* p, const std::uint8_t* src, std::size_t n) {

@@ -29,14 +29,7 @@ void PrintTo(sync_state state, std::ostream* os) { *os << to_string(state); }
 
 namespace {
 
-// Reads device memory in order on s (into pageable memory; complete after sync).
-std::vector<std::uint8_t> read_device(stream_view s, const void* p, std::size_t n) {
-  std::vector<std::uint8_t> out(n);
-  device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(out.data(), p, n, s.device().index(), s.native_handle());
-  s.synchronize();
-  return out;
-}
+using test::read_device;
 
 std::vector<std::uint8_t> pattern(std::uint64_t seed, std::size_t n) {
   std::vector<std::uint8_t> out(n);

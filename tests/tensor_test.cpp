@@ -28,14 +28,7 @@ void PrintTo(sync_state state, std::ostream* os) { *os << to_string(state); }
 
 namespace {
 
-std::vector<std::uint8_t> read_device(stream_view s, const void* p, std::size_t n) {
-  std::vector<std::uint8_t> out(n);
-  if (n == 0) return out;
-  device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(out.data(), p, n, s.device().index(), s.native_handle());
-  s.synchronize();
-  return out;
-}
+using test::read_device;
 
 std::vector<std::uint8_t> pattern(std::uint64_t seed, std::size_t n, std::size_t from = 0) {
   std::vector<std::uint8_t> out(n);

@@ -2,7 +2,9 @@
 
 #include <thread>
 
+#include "common/backend.hpp"
 #include "pattern.hpp"
+#include "syncmem/device_guard.hpp"
 #include "syncmem/device_id.hpp"
 
 namespace syncmem::test {
@@ -13,6 +15,15 @@ void device_fill_pattern(stream_view s, void* p, std::size_t bytes, std::uint64_
     auto* b = static_cast<std::uint8_t*>(p);
     for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern_byte(seed, i);
   });
+}
+
+std::vector<std::uint8_t> read_device(stream_view s, const void* p, std::size_t n) {
+  std::vector<std::uint8_t> out(n);
+  if (n == 0) return out;
+  device_guard guard{s.device()};
+  detail::backend_for(s.device()).memcpy_async(out.data(), p, n, s.device().index(), s.native_handle());
+  s.synchronize();
+  return out;
 }
 
 void device_add_bytes(stream_view s, void* p, std::size_t bytes, std::uint8_t delta) {

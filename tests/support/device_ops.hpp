@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "syncmem/stream.hpp"
 
@@ -17,6 +18,9 @@ void device_fill_pattern(stream_view s, void* p, std::size_t bytes, std::uint64_
 void device_add_bytes(stream_view s, void* p, std::size_t bytes, std::uint8_t delta);
 // Keeps the stream busy for about `duration`, to widen race windows.
 void device_sleep(stream_view s, std::chrono::microseconds duration);
+// Reads n bytes of device memory into host memory, in order on s (pageable
+// memory through the backend's own copy: complete when it returns).
+[[nodiscard]] std::vector<std::uint8_t> read_device(stream_view s, const void* p, std::size_t n);
 
 // The CUDA halves, in device_ops.cu (absent without CUDA).
 namespace cuda_ops {
