@@ -238,10 +238,7 @@ void wait_for(stream_view s) {
   if (!s.ready()) s.synchronize();
 }
 
-struct chunk {
-  std::size_t offset;
-  std::size_t bytes;
-};
+using chunk = host_copy_pool::job::chunk;
 
 // Chunks that start at min_chunk and double up to max_chunk.
 std::vector<chunk> plan_chunks(std::size_t bytes, const copy_options& o, std::size_t& largest) {
@@ -361,25 +358,33 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
   return detail::transfer_access::make(nullptr, copy_path::dma);
 }
 
-// Pageable to device: host threads copy chunk i into a pinned buffer while the
-// DMAs of the chunks before it run; the caller drives the pipeline and returns
-// once the last DMA is enqueued.
+// Pageable to device: host threads copy the chunks into pinned buffers while
+// the DMAs of the chunks before them run; the caller finishes each chunk in
+// turn, enqueues its DMA and opens the chunk that will reuse its buffer (the
+// threads wait for the DMA before they write it). Returns once the last DMA
+// is enqueued.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                           const copy_options& o) {
+  host_copy_pool::instance().wake(threads_of(o));
   wait_for(s);  // (a): earlier work on s may still write the source
   std::size_t largest = 0;
   const auto chunks = plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   std::optional<staging_ring> ring{std::in_place, o, count, largest, s};
   event_slots sent{count};
-  auto& pool = host_copy_pool::instance();
-  const int threads = threads_of(o);
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const std::size_t k = i % count;
-    if (sent.recorded(k)) sent[k].synchronize();  // the buffer's previous chunk has left
-    pool.copy((*ring)[k], src + chunks[i].offset, chunks[i].bytes, threads);
-    enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, s);
-    sent.record(k, s);
+  {
+    host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src,
+                            chunks, threads_of(o)};
+    for (std::size_t i = 0; i < count; ++i) job.open(i, (*ring)[i], nullptr);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      const std::size_t k = i % count;
+      job.finish(i);
+      enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, s);
+      if (i + count < chunks.size()) {
+        sent.record(k, s);
+        job.open(i + count, (*ring)[k], &sent[k]);
+      }
+    }
   }
   // Freed before the transfer's event is recorded, so that once the transfer
   // is ready the cache finds the buffers' events complete and reuses them.
@@ -387,29 +392,33 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   return detail::transfer_access::make(done_after(s), copy_path::staged_to_device);
 }
 
-// Device to pageable: DMAs run up to `staging_buffers` chunks ahead of the host
-// threads that copy each landed chunk out. Finishes before returning, so every
-// device-side read has completed (b) without pinning the whole copy.
+// Device to pageable: the DMAs of up to `staging_buffers` chunks are enqueued
+// ahead; host threads copy each chunk out once its DMA has landed, and the
+// caller refills a buffer as soon as its chunk is out. Finishes before
+// returning, so every device-side read has completed (b) without pinning the
+// whole copy.
 transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                         const copy_options& o) {
+  host_copy_pool::instance().wake(threads_of(o));
   std::size_t largest = 0;
   const auto chunks = plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   staging_ring ring{o, count, largest, s};
   event_slots landed{count};
-  auto& pool = host_copy_pool::instance();
-  const int threads = threads_of(o);
-  auto enqueue = [&](std::size_t i) {
-    const std::size_t k = i % count;
-    enqueue_copy(ring[k], src + chunks[i].offset, chunks[i].bytes, s);
-    landed.record(k, s);
-  };
-  for (std::size_t i = 0; i < count; ++i) enqueue(i);
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const std::size_t k = i % count;
-    landed[k].synchronize();
-    pool.copy(dst + chunks[i].offset, ring[k], chunks[i].bytes, threads);
-    if (i + count < chunks.size()) enqueue(i + count);
+  {
+    host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, dst, nullptr,
+                            chunks, threads_of(o)};
+    auto enqueue = [&](std::size_t i) {
+      const std::size_t k = i % count;
+      enqueue_copy(ring[k], src + chunks[i].offset, chunks[i].bytes, s);
+      landed.record(k, s);
+      job.open(i, ring[k], &landed[k]);
+    };
+    for (std::size_t i = 0; i < count; ++i) enqueue(i);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      job.finish(i);  // its threads waited for the chunk's DMA
+      if (i + count < chunks.size()) enqueue(i + count);
+    }
   }
   ring.all_device_work_done();
   landed.all_completed();
@@ -460,10 +469,10 @@ transfer across_backends(std::byte* dst, const std::byte* src, std::size_t bytes
   wait_for(s);  // (a)
   const stream_view down = s.device() == from ? s : engine_stream(from);
   const stream_view up = s.device() == to ? s : engine_stream(to);
-  const std::size_t chunk = std::min(bytes, o.max_chunk);
-  const auto host = std::make_unique<std::byte[]>(chunk);
-  for (std::size_t offset = 0; offset < bytes; offset += chunk) {
-    const std::size_t n = std::min(chunk, bytes - offset);
+  const std::size_t step = std::min(bytes, o.max_chunk);
+  const auto host = std::make_unique<std::byte[]>(step);
+  for (std::size_t offset = 0; offset < bytes; offset += step) {
+    const std::size_t n = std::min(step, bytes - offset);
     enqueue_copy(host.get(), src + offset, n, down);
     down.synchronize();
     enqueue_copy(dst + offset, host.get(), n, up);

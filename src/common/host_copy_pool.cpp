@@ -10,13 +10,25 @@
 #include <emmintrin.h>
 #endif
 
+#include "syncmem/event.hpp"
+
 namespace syncmem::detail {
 
 namespace {
 // How long an idle worker looks for work before it sleeps: longer than the
 // gap between two chunks of a staged copy, short enough not to burn a core.
 constexpr auto worker_spin = std::chrono::microseconds{100};
+// How long a caller waiting for a chunk spins before it sleeps: the pieces of
+// a chunk take tens of microseconds, and waking a sleeper takes several.
+constexpr auto caller_spin = std::chrono::microseconds{50};
 constexpr int max_threads = 64;
+constexpr std::size_t page = 4096;
+
+void relax() noexcept {
+#if defined(__SSE2__)
+  _mm_pause();
+#endif
+}
 }  // namespace
 
 host_copy_pool& host_copy_pool::instance() {
@@ -37,10 +49,10 @@ int host_copy_pool::default_threads() noexcept {
 // into the cache first, which saves a third of the memory traffic of the copy.
 // Measured on the H100 machine: 16 threads reach 59.5 GB/s this way, 45 GB/s
 // with memcpy (bench/tuning/engine_tuning.cpp).
-void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes, host_store store) noexcept {
+void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes) noexcept {
 #if defined(__SSE2__)
   constexpr std::size_t streaming_from = std::size_t{64} << 10;
-  if (store == host_store::streaming && bytes >= streaming_from) {
+  if (bytes >= streaming_from) {
     auto* d = static_cast<std::byte*>(dst);
     const auto* s = static_cast<const std::byte*>(src);
     const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16;
@@ -69,42 +81,23 @@ void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes, h
   std::memcpy(dst, src, bytes);
 }
 
-void host_copy_pool::copy(void* dst, const void* src, std::size_t bytes, int threads, host_store store) {
+void host_copy_pool::copy(void* dst, const void* src, std::size_t bytes, int threads) {
   threads = std::clamp(threads, 1, max_threads);
-  const std::size_t most_pieces = bytes / min_piece;
-  if (threads == 1 || most_pieces < 2) {
-    copy_piece(dst, src, bytes, store);
+  if (threads == 1 || bytes < 2 * min_piece) {
+    copy_piece(dst, src, bytes);
     return;
   }
-  const auto pieces_wanted = std::min<std::size_t>(static_cast<std::size_t>(threads), most_pieces);
-  // Pieces of whole pages, so that each thread faults in pages of its own.
-  constexpr std::size_t page = 4096;
-  const std::size_t piece = (bytes / pieces_wanted + page - 1) / page * page;
-  const std::size_t pieces = (bytes + piece - 1) / piece;
+  job j{*this, job::direction::host_to_host, static_cast<std::byte*>(dst), static_cast<const std::byte*>(src),
+        {{0, bytes}}, threads};
+  j.open(0, nullptr, nullptr);
+  j.finish(0);
+}
 
-  auto* d = static_cast<std::byte*>(dst);
-  const auto* s = static_cast<const std::byte*>(src);
-  auto done = std::make_shared<completion>();
-  done->remaining.store(pieces - 1, std::memory_order_relaxed);
-  ensure_workers(static_cast<int>(pieces) - 1);
-  bool wake = false;
-  {
-    std::lock_guard lock{mutex_};
-    for (std::size_t i = 1; i < pieces; ++i) {
-      const std::size_t offset = i * piece;
-      queue_.push_back({d + offset, s + offset, std::min(piece, bytes - offset), store, done});
-    }
-    queued_.fetch_add(pieces - 1, std::memory_order_release);
-    wake = sleeping_ > 0;
-  }
-  if (wake) available_.notify_all();
-
-  copy_piece(d, s, std::min(piece, bytes), store);
-  for (;;) {
-    const std::size_t left = done->remaining.load(std::memory_order_acquire);
-    if (left == 0) break;
-    if (!run_one()) done->remaining.wait(left, std::memory_order_acquire);
-  }
+void host_copy_pool::wake(int threads) {
+  threads = std::clamp(threads, 1, max_threads);
+  if (threads == 1) return;
+  ensure_workers(threads - 1);
+  announce();
 }
 
 void host_copy_pool::ensure_workers(int count) {
@@ -116,45 +109,190 @@ void host_copy_pool::ensure_workers(int count) {
   }
 }
 
-bool host_copy_pool::run_one() {
-  if (queued_.load(std::memory_order_acquire) == 0) return false;
-  task t;
-  {
-    std::lock_guard lock{mutex_};
-    if (queue_.empty()) return false;
-    t = std::move(queue_.front());
-    queue_.pop_front();
-    queued_.fetch_sub(1, std::memory_order_relaxed);
-  }
-  run(t);
-  return true;
+void host_copy_pool::publish(job* j) {
+  std::lock_guard lock{mutex_};
+  jobs_.push_back(j);
 }
 
-void host_copy_pool::run(task& t) noexcept {
-  copy_piece(t.dst, t.src, t.bytes, t.store);
-  if (t.done->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) t.done->remaining.notify_all();
-  t.done.reset();
+void host_copy_pool::withdraw(job* j) {
+  std::lock_guard lock{mutex_};
+  std::erase(jobs_, j);
+}
+
+void host_copy_pool::announce() {
+  epoch_.fetch_add(1);
+  if (sleeping_.load() > 0) {
+    { std::lock_guard lock{mutex_}; }  // a sleeper is either waiting already or sees the new epoch
+    available_.notify_all();
+  }
+}
+
+host_copy_pool::job* host_copy_pool::join_any() {
+  std::lock_guard lock{mutex_};
+  for (job* j : jobs_) {
+    if (j->helpers_.load(std::memory_order_relaxed) < j->helpers_allowed_ && j->has_work()) {
+      j->helpers_.fetch_add(1, std::memory_order_relaxed);  // withdraw() waits for it under this mutex
+      return j;
+    }
+  }
+  return nullptr;
 }
 
 void host_copy_pool::work() {
+  std::size_t seen = epoch_.load();
   for (;;) {
+    if (job* j = join_any()) {
+      std::size_t p = 0;
+      while (j->claim(p, j->opened_.load(std::memory_order_acquire))) j->run(p);
+      j->helpers_.fetch_sub(1, std::memory_order_release);  // the last touch of the job
+      continue;
+    }
     const auto spin_until = std::chrono::steady_clock::now() + worker_spin;
-    while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) {
+    while (epoch_.load() == seen && std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
+    if (epoch_.load() == seen) {
+      std::unique_lock lock{mutex_};
+      sleeping_.fetch_add(1);
+      available_.wait(lock, [&] { return epoch_.load() != seen; });
+      sleeping_.fetch_sub(1);
+    }
+    seen = epoch_.load();
+  }
+}
+
+// ---- job ----------------------------------------------------------------------------
+
+host_copy_pool::job::job(host_copy_pool& pool, direction dir, std::byte* dst, const std::byte* src,
+                         const std::vector<chunk>& chunks, int threads)
+    : pool_{pool},
+      dir_{dir},
+      dst_{dst},
+      src_{src},
+      chunks_{std::make_unique<chunk_state[]>(chunks.size())},
+      chunk_count_{chunks.size()},
+      helpers_allowed_{std::clamp(threads, 1, max_threads) - 1} {
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    const std::size_t bytes = chunks[c].bytes;
+    // About one piece per thread, in whole pages, within [min_piece, max_piece].
+    const std::size_t even = (bytes / static_cast<std::size_t>(helpers_allowed_ + 1) + page - 1) / page * page;
+    const std::size_t size = std::clamp(even, min_piece, max_piece);
+    for (std::size_t at = 0; at < bytes; at += size) {
+      pieces_.push_back({chunks[c].offset + at, std::min(size, bytes - at), c});
+    }
+    chunks_[c].range = chunks[c];
+    chunks_[c].end_piece = pieces_.size();
+  }
+  if (helpers_allowed_ > 0) pool_.ensure_workers(helpers_allowed_);
+}
+
+host_copy_pool::job::~job() { stop(); }
+
+void host_copy_pool::job::open(std::size_t c, std::byte* staging, const event* gate) {
+  chunk_state& state = chunks_[c];
+  state.staging = staging;
+  state.gate = gate;
+  state.gate_state.store(gate == nullptr ? gate_open : gate_closed, std::memory_order_relaxed);
+  state.remaining.store(state.end_piece - (c == 0 ? 0 : chunks_[c - 1].end_piece), std::memory_order_relaxed);
+  ++opened_chunks_;
+  opened_.store(state.end_piece, std::memory_order_release);  // publishes the chunk's state
+  if (helpers_allowed_ == 0) return;
+  if (!published_) {
+    published_ = true;
+    pool_.publish(this);
+  }
+  pool_.announce();
+}
+
+bool host_copy_pool::job::claim(std::size_t& p, std::size_t limit) noexcept {
+  std::size_t next = next_.load(std::memory_order_relaxed);
+  do {
+    if (next >= limit || failed_.load(std::memory_order_relaxed)) return false;
+  } while (!next_.compare_exchange_weak(next, next + 1, std::memory_order_acquire, std::memory_order_relaxed));
+  p = next;
+  return true;
+}
+
+bool host_copy_pool::job::has_work() const noexcept {
+  return next_.load(std::memory_order_relaxed) < opened_.load(std::memory_order_acquire) &&
+         !failed_.load(std::memory_order_relaxed);
+}
+
+void host_copy_pool::job::fail(std::exception_ptr error) noexcept {
+  bool expected = false;
+  if (failed_.compare_exchange_strong(expected, true)) error_ = std::move(error);
+}
+
+// One thread waits for the gate's event; the others watch it wait: many
+// threads in cudaEventSynchronize at once contend inside the driver (a chunk
+// of a staged download took twice as long that way on the H100 machine).
+void host_copy_pool::job::pass_gate(chunk_state& state) noexcept {
+  int expected = gate_closed;
+  if (state.gate_state.compare_exchange_strong(expected, gate_waiting, std::memory_order_acquire)) {
+    try {
+      state.gate->synchronize();
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    state.gate_state.store(gate_open, std::memory_order_release);
+    return;
+  }
+  for (unsigned round = 0; state.gate_state.load(std::memory_order_acquire) != gate_open; ++round) {
+    if (round < 4096) {
+      relax();
+    } else {
       std::this_thread::yield();
     }
-    task t;
-    {
-      std::unique_lock lock{mutex_};
-      if (queue_.empty()) {
-        ++sleeping_;
-        available_.wait(lock, [this] { return !queue_.empty(); });
-        --sleeping_;
-      }
-      t = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void host_copy_pool::job::run(std::size_t p) noexcept {
+  const piece& pc = pieces_[p];
+  chunk_state& state = chunks_[pc.chunk];
+  if (state.gate_state.load(std::memory_order_acquire) != gate_open) pass_gate(state);
+  if (!failed_.load(std::memory_order_acquire)) {
+    const std::size_t in_chunk = pc.offset - state.range.offset;
+    switch (dir_) {
+      case direction::to_staging: copy_piece(state.staging + in_chunk, src_ + pc.offset, pc.bytes); break;
+      case direction::from_staging: copy_piece(dst_ + pc.offset, state.staging + in_chunk, pc.bytes); break;
+      case direction::host_to_host: copy_piece(dst_ + pc.offset, src_ + pc.offset, pc.bytes); break;
     }
-    run(t);
+  }
+  const bool chunk_done = state.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  done_.fetch_add(1, std::memory_order_release);
+  if (chunk_done || failed_.load(std::memory_order_relaxed)) {
+    signal_.fetch_add(1, std::memory_order_release);
+    signal_.notify_all();
+  }
+}
+
+void host_copy_pool::job::finish(std::size_t c) {
+  chunk_state& state = chunks_[c];
+  std::size_t p = 0;
+  while (claim(p, std::min(state.end_piece, opened_.load(std::memory_order_acquire)))) run(p);
+  const auto spin_until = std::chrono::steady_clock::now() + caller_spin;
+  for (unsigned round = 0;; ++round) {
+    if (failed_.load(std::memory_order_acquire)) {
+      stop();
+      std::rethrow_exception(error_);
+    }
+    if (state.remaining.load(std::memory_order_acquire) == 0) return;
+    if (round % 64 != 63 || std::chrono::steady_clock::now() < spin_until) {
+      relax();
+      continue;
+    }
+    const std::uint32_t seen = signal_.load(std::memory_order_acquire);
+    if (state.remaining.load(std::memory_order_acquire) == 0 || failed_.load(std::memory_order_acquire)) continue;
+    signal_.wait(seen, std::memory_order_acquire);
+  }
+}
+
+void host_copy_pool::job::stop() noexcept {
+  if (stopped_) return;
+  stopped_ = true;
+  if (published_) pool_.withdraw(this);  // no pool thread joins it any more
+  const std::size_t claimed = next_.exchange(pieces_.size() + 1);  // nothing more can be claimed
+  const std::size_t started = std::min(claimed, pieces_.size());
+  while (done_.load(std::memory_order_acquire) < started || helpers_.load(std::memory_order_acquire) > 0) {
+    std::this_thread::yield();
   }
 }
 

@@ -1,73 +1,161 @@
 #pragma once
 
-// Host-side memcpy spread over a pool of threads, for the transfer engine's
-// staging copies and host-to-host copies. One thread cannot keep up with a
-// PCIe Gen5 link (a memcpy from pageable memory runs at 10-20 GB/s per
-// core), and the first touch of fresh pageable memory is page faults, which
-// several threads take in parallel.
+// Host-side copies spread over a pool of threads, for the transfer engine's
+// staged copies and host-to-host copies. One thread cannot keep up with a
+// PCIe Gen5 link (a copy from pageable memory runs at 10-20 GB/s per core),
+// and the first touch of fresh pageable memory is page faults, which several
+// threads take in parallel.
 //
-// The caller copies one piece itself and, while it waits, runs queued pieces
-// of any copy: a copy never waits for a pool thread that is not coming.
-// Workers spin briefly before they sleep, so that the pieces of a pipeline's
-// next chunk start at once.
+// A copy is a job: its bytes are cut into chunks (one staging buffer each)
+// and each chunk into pieces. Pool threads claim pieces one at a time from
+// every chunk the caller has opened, so that no thread waits at the end of a
+// chunk for the slowest piece while there is work in the next one: the
+// caller opens chunks ahead (as staging buffers come free) and finishes them
+// in order (helping with the pieces of the chunk it waits for). Workers spin
+// briefly before they sleep, so that a pipeline's next chunk starts at once.
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
-#include <deque>
+#include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <vector>
+
+namespace syncmem {
+class event;
+}
 
 namespace syncmem::detail {
 
-// How the destination is written. Streaming (non-temporal) stores skip reading
-// the destination into the cache first, and leave no dirty lines behind that
-// a DMA reading the destination next would have to fetch from the cores'
-// caches: measured on the H100 machine, a 4 MiB staging buffer filled by 16
-// threads went up in 88 us after streaming stores, 198 us after ordinary ones.
-enum class host_store { cached, streaming };
-
 class host_copy_pool {
  public:
+  class job;
+
   // The process-wide pool. Never destroyed; its threads sleep until exit.
   [[nodiscard]] static host_copy_pool& instance();
 
   // Copies `bytes` bytes from `src` to `dst` (not overlapping) with up to
   // `threads` threads, the caller included. Small copies stay on the caller.
-  void copy(void* dst, const void* src, std::size_t bytes, int threads, host_store store = host_store::streaming);
+  void copy(void* dst, const void* src, std::size_t bytes, int threads);
+
+  // Wakes enough sleeping pool threads for a job of `threads` threads that is
+  // about to start, so that they are spinning when its first chunk opens
+  // (waking a sleeping thread takes tens of microseconds).
+  void wake(int threads);
 
   // Threads used when none are asked for: half the cores, at most 8.
   [[nodiscard]] static int default_threads() noexcept;
-  // Copies one piece (with streaming stores when asked and the piece is large).
-  static void copy_piece(void* dst, const void* src, std::size_t bytes, host_store store) noexcept;
+  // Copies one piece, with streaming (non-temporal) stores when it is large.
+  // Streaming stores skip reading the destination into the cache first, and
+  // leave no dirty lines behind that a DMA reading the destination next would
+  // have to fetch from the cores' caches: measured on the H100 machine, a
+  // 4 MiB staging buffer filled by 16 threads went up in 88 us after
+  // streaming stores, 198 us after ordinary ones.
+  static void copy_piece(void* dst, const void* src, std::size_t bytes) noexcept;
 
-  // Pieces smaller than this are not worth a thread.
+  // Pieces smaller than this are not worth a thread of their own.
   static constexpr std::size_t min_piece = std::size_t{64} << 10;
+  // Pieces larger than this balance poorly between threads.
+  static constexpr std::size_t max_piece = std::size_t{1} << 20;
 
  private:
-  struct completion {
-    std::atomic<std::size_t> remaining;
-  };
-  struct task {
-    std::byte* dst;
-    const std::byte* src;
-    std::size_t bytes;
-    host_store store;
-    std::shared_ptr<completion> done;
-  };
-
   host_copy_pool() = default;
   void ensure_workers(int count);
-  bool run_one();
+  void publish(job* j);
+  void withdraw(job* j);
+  void announce();  // a job has new pieces to claim
+  job* join_any();
   void work();
-  static void run(task& t) noexcept;
 
   std::mutex mutex_;
   std::condition_variable available_;
-  std::deque<task> queue_;
-  std::atomic<std::size_t> queued_{0};
+  std::vector<job*> jobs_;
+  std::atomic<std::size_t> epoch_{0};  // bumped whenever pieces become claimable
+  std::atomic<int> sleeping_{0};
   int workers_ = 0;
-  int sleeping_ = 0;
+};
+
+// One copy between user memory and staging buffers (or straight between two
+// host ranges), cut into the chunks given. The caller opens chunks in order,
+// each with the buffer its bytes go through and optionally a gate, an event
+// the pool threads wait for before they touch that buffer; then finishes them
+// in order. A job lives on its caller's stack: destroying one that is not
+// finished stops it (pieces not yet claimed are never copied) and waits until
+// no pool thread touches it any more.
+class host_copy_pool::job {
+ public:
+  enum class direction { to_staging, from_staging, host_to_host };
+  struct chunk {
+    std::size_t offset;
+    std::size_t bytes;
+  };
+
+  // `dst` and `src` are the whole copy's ranges: for to_staging `src` is the
+  // user's memory (dst unused), for from_staging `dst` is (src unused), for
+  // host_to_host both. Up to `threads` threads copy, the caller included.
+  job(host_copy_pool& pool, direction dir, std::byte* dst, const std::byte* src, const std::vector<chunk>& chunks,
+      int threads);
+  ~job();
+  job(const job&) = delete;
+  job& operator=(const job&) = delete;
+
+  [[nodiscard]] std::size_t chunks() const noexcept { return chunk_count_; }
+  // Makes chunk `c` (the next one not yet open) claimable; its bytes go to or
+  // come from `staging` (ignored for host_to_host), once `gate` (when not
+  // null; it must stay recorded as it is until the chunk is finished) has
+  // completed.
+  void open(std::size_t c, std::byte* staging, const event* gate);
+  // Copies pieces of chunk `c` on the caller while any are left, then waits
+  // until every piece of it is done. Throws what a pool thread met (a gate's
+  // error), after which the job copies nothing more.
+  void finish(std::size_t c);
+  // Stops the job and waits until no pool thread touches it any more.
+  void stop() noexcept;
+
+ private:
+  friend class host_copy_pool;
+  struct piece {
+    std::size_t offset;  // in the copy
+    std::size_t bytes;
+    std::size_t chunk;
+  };
+  struct chunk_state {
+    chunk range{};
+    std::size_t end_piece = 0;  // one past the chunk's last piece
+    std::byte* staging = nullptr;
+    const event* gate = nullptr;
+    std::atomic<int> gate_state{gate_open};
+    std::atomic<std::size_t> remaining{0};
+  };
+  static constexpr int gate_closed = 0;   // not waited for yet
+  static constexpr int gate_waiting = 1;  // one thread waits for the event
+  static constexpr int gate_open = 2;     // the event has completed (or failed)
+  bool claim(std::size_t& p, std::size_t limit) noexcept;
+  void pass_gate(chunk_state& state) noexcept;
+  void run(std::size_t p) noexcept;
+  [[nodiscard]] bool has_work() const noexcept;
+  void fail(std::exception_ptr error) noexcept;
+
+  host_copy_pool& pool_;
+  direction dir_;
+  std::byte* dst_;
+  const std::byte* src_;
+  std::vector<piece> pieces_;
+  std::unique_ptr<chunk_state[]> chunks_;
+  std::size_t chunk_count_;
+  int helpers_allowed_;                 // pool threads, not counting the caller
+  std::atomic<int> helpers_{0};         // pool threads that joined
+  std::atomic<std::size_t> next_{0};    // the first piece not claimed
+  std::atomic<std::size_t> opened_{0};  // pieces that may be claimed: those of the open chunks
+  std::atomic<std::size_t> done_{0};    // pieces run (copied, or skipped after an error)
+  std::atomic<std::uint32_t> signal_{0};  // bumped when a chunk completes or the job fails
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;  // written once, by the thread that set failed_
+  std::size_t opened_chunks_ = 0;
+  bool published_ = false;
+  bool stopped_ = false;
 };
 
 }  // namespace syncmem::detail
