@@ -114,12 +114,14 @@ struct copy_options {
   /// (cudaMemcpyAsync), larger ones are staged.
   std::size_t direct_threshold = std::size_t{256} << 10;
   /// @brief The first staging chunk; each next chunk doubles, up to max_chunk,
-  /// so that the pipeline starts at once and large copies pay little per chunk.
-  std::size_t min_chunk = std::size_t{256} << 10;
-  std::size_t max_chunk = std::size_t{16} << 20;
+  /// so that the pipeline starts at once. Chunks stay small (a few MiB): a
+  /// copy ends with its last chunk's DMA (or host copy) alone.
+  std::size_t min_chunk = std::size_t{512} << 10;
+  std::size_t max_chunk = std::size_t{4} << 20;
   /// @brief Pinned buffers a staged copy cycles through (2 or more lets the
-  /// host copy of one chunk overlap the DMA of the previous ones).
-  int staging_buffers = 4;
+  /// host copy of one chunk overlap the DMA of the previous ones; more let
+  /// the host threads run ahead of the DMAs).
+  int staging_buffers = 8;
   /// @brief Threads that copy on the host, the calling thread included; 0:
   /// half the cores, at most 8.
   int host_threads = 0;
