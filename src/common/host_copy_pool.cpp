@@ -218,7 +218,9 @@ bool host_copy_pool::job::has_work() const noexcept {
 
 void host_copy_pool::job::fail(std::exception_ptr error) noexcept {
   bool expected = false;
-  if (failed_.compare_exchange_strong(expected, true)) error_ = std::move(error);
+  if (!error_taken_.compare_exchange_strong(expected, true)) return;  // the first error is the one reported
+  error_ = std::move(error);
+  failed_.store(true, std::memory_order_release);  // publishes error_
 }
 
 // One thread waits for the gate's event; the others watch it wait: many

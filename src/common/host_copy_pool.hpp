@@ -151,8 +151,9 @@ class host_copy_pool::job {
   std::atomic<std::size_t> opened_{0};  // pieces that may be claimed: those of the open chunks
   std::atomic<std::size_t> done_{0};    // pieces run (copied, or skipped after an error)
   std::atomic<std::uint32_t> signal_{0};  // bumped when a chunk completes or the job fails
-  std::atomic<bool> failed_{false};
-  std::exception_ptr error_;  // written once, by the thread that set failed_
+  std::atomic<bool> error_taken_{false};  // one thread writes error_
+  std::atomic<bool> failed_{false};       // set after error_ is written
+  std::exception_ptr error_;
   std::size_t opened_chunks_ = 0;
   bool published_ = false;
   bool stopped_ = false;
