@@ -444,6 +444,9 @@ TYPED_TEST(Tensor, CopyFromAcrossDevices) {
 
 TEST(TensorMixedKinds, CopiesBetweenACudaAndAnEmulatedDevice) {
   SYNCMEM_REQUIRE_DEVICES(device_kind::cuda, 1);
+  // Slow emulated streams: the destination's zero fill, pending on its own
+  // stream, must still come before the copy that the source's stream drives.
+  const test::scoped_emulated_delay delay{std::chrono::microseconds{2000}};
   const shape s{1000};
   tensor gpu{dtype::float32, s, device_id::cuda(0)};
   stream cs{device_id::cuda(0)};

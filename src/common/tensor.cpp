@@ -92,8 +92,11 @@ void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, 
     return;
   }
   void* dp = dst.mutable_device_data(ds);
-  // A CUDA device's memory is only reachable from a CUDA stream.
+  // A CUDA device's memory is only reachable from a CUDA stream. On the
+  // source's stream the copy is not ordered after work pending on ds (the
+  // destination's zero fill, a kernel writing it): wait for that first.
   const bool use_source_stream = dst.device().kind() != device_kind::cuda && src.device().kind() == device_kind::cuda;
+  if (use_source_stream) ds.synchronize();
   copy(at(dp, dst_offset), at(sp, src_offset), bytes, use_source_stream ? ss : ds);
 }
 
