@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -306,8 +307,22 @@ TYPED_TEST(Copy, BadInputIsRefusedAndCopiesNothing) {
   if (known.size > 0) {
     auto* base = static_cast<std::uint8_t*>(const_cast<void*>(known.base));
     const std::size_t past = known.size - static_cast<std::size_t>(d.data() + 10 - base) + 1;
-    expect_refusal([&] { (void)copy_async(h.data(), d.data() + 10, past, s); }, "source range");
-    expect_refusal([&] { (void)copy_async(h.data(), d.data() + 10, past, s); }, "past the end of its allocation");
+    // A destination clear of [d + 10, +past): emulated device memory is host
+    // memory, and a destination inside that range is refused as an overlap.
+    std::vector<std::vector<std::uint8_t>> tries;
+    const auto from = reinterpret_cast<std::uintptr_t>(d.data() + 10);
+    const auto clear = [&](const std::vector<std::uint8_t>& v) {
+      const auto at = reinterpret_cast<std::uintptr_t>(v.data());
+      return at + v.size() <= from || from + past <= at;
+    };
+    do {
+      tries.emplace_back(past, std::uint8_t{0x5A});
+    } while (!clear(tries.back()) && tries.size() < 8);
+    ASSERT_TRUE(clear(tries.back())) << "no host buffer clear of the device range";
+    auto& out = tries.back();
+    expect_refusal([&] { (void)copy_async(out.data(), d.data() + 10, past, s); }, "source range");
+    expect_refusal([&] { (void)copy_async(out.data(), d.data() + 10, past, s); }, "past the end of its allocation");
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](std::uint8_t b) { return b == 0x5A; }));
     expect_refusal([&] { (void)copy_async(base + known.size - 1, h.data(), 2, s); }, "destination range");
   } else {
     ADD_FAILURE() << "the extent of device memory should be known";
