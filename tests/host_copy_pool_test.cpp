@@ -13,9 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
+#include "syncmem/device_guard.hpp"
 #include "syncmem/event.hpp"
+#include "syncmem/mr/per_device_resource.hpp"
+#include "syncmem/mr/pinned_resource.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
 
@@ -131,43 +135,78 @@ TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
   EXPECT_EQ(dst, src);
 }
 
-// A gate holds the threads back: a stream sleeps, then fills the staging
-// buffer with a pattern, then records the gate. Threads that wrote the
-// buffer before the gate would see their bytes overwritten by the pattern.
-TEST(HostCopyPoolJob, ToStagingWaitsForTheGate) {
-  const device_id d{device_kind::emulated, 0};
-  stream s{d};
+// A gate holds the threads back, as the engine uses it: on a device's stream
+// a sleep, then a DMA into the pinned staging buffer, then the gate's record.
+template <class Kind>
+class HostCopyPoolGate : public device_test<Kind> {
+ protected:
+  // Device memory holding pattern_byte(seed, i), and a pinned buffer.
+  struct buffers {
+    buffers(device_id d, stream_view s, std::size_t n, std::uint64_t seed)
+        : dev{d}, stream{s}, bytes{n}, pinned{d.kind()} {
+      device = static_cast<std::byte*>(mr::get_per_device_resource(d).allocate(n, s));
+      staging = static_cast<std::byte*>(pinned.allocate(n, s));
+      device_fill_pattern(s, device, n, seed);
+      s.synchronize();
+    }
+    ~buffers() {
+      stream.synchronize();
+      pinned.deallocate(staging, bytes, stream);
+      mr::get_per_device_resource(dev).deallocate(device, bytes, stream);
+    }
+    buffers(const buffers&) = delete;
+    buffers& operator=(const buffers&) = delete;
+    // Enqueues the DMA of the device bytes into the staging buffer.
+    void land() {
+      device_guard guard{dev};
+      detail::backend_for(dev).memcpy_async(staging, device, bytes, dev.index(), stream.native_handle());
+    }
+    device_id dev;
+    stream_view stream;
+    std::size_t bytes;
+    mr::pinned_resource pinned;
+    std::byte* device = nullptr;
+    std::byte* staging = nullptr;
+  };
+};
+TYPED_TEST_SUITE(HostCopyPoolGate, device_kinds, device_kind_names);
+
+// Threads that wrote the staging buffer before the gate would see their bytes
+// overwritten by the DMA that lands after the sleep.
+TYPED_TEST(HostCopyPoolGate, ToStagingWaitsForTheGate) {
+  stream s{this->dev()};
   const std::size_t bytes = 2 * MiB + 12345;
+  typename TestFixture::buffers b{this->dev(), s, bytes, fresh_seed()};
   const auto src = random_block(bytes);
-  std::vector<std::byte> staging(bytes);
   device_sleep(s, std::chrono::milliseconds{30});
-  device_fill_pattern(s, staging.data(), bytes, fresh_seed());
-  event gate{d};
+  b.land();
+  event gate{this->dev()};
   gate.record(s);
   job j{host_copy_pool::instance(), job::direction::to_staging, nullptr, src.data(), {{0, bytes}}, 8};
-  j.open(0, staging.data(), &gate);
+  j.open(0, b.staging, &gate);
   j.finish(0);
   EXPECT_TRUE(gate.ready());
-  s.synchronize();  // a gate not waited for: the fill lands on the copied bytes
-  EXPECT_EQ(staging, src);
+  s.synchronize();  // a gate not waited for: the DMA lands on the copied bytes
+  EXPECT_EQ(std::memcmp(b.staging, src.data(), bytes), 0);
 }
 
-// The other way: the stream fills the staging buffer late; threads that read
-// it before the gate would copy the stale bytes.
-TEST(HostCopyPoolJob, FromStagingWaitsForTheGate) {
-  const device_id d{device_kind::emulated, 0};
-  stream s{d};
+// The other way: threads that read the staging buffer before the gate would
+// copy its stale bytes.
+TYPED_TEST(HostCopyPoolGate, FromStagingWaitsForTheGate) {
+  stream s{this->dev()};
   const std::size_t bytes = 3 * MiB + 7;
   const std::uint64_t seed = fresh_seed();
-  std::vector<std::byte> staging = random_block(bytes);
+  typename TestFixture::buffers b{this->dev(), s, bytes, seed};
+  const auto stale = random_block(bytes);
+  std::memcpy(b.staging, stale.data(), bytes);
   std::vector<std::uint8_t> dst(bytes, 0);
   device_sleep(s, std::chrono::milliseconds{30});
-  device_fill_pattern(s, staging.data(), bytes, seed);
-  event gate{d};
+  b.land();
+  event gate{this->dev()};
   gate.record(s);
   job j{host_copy_pool::instance(), job::direction::from_staging, reinterpret_cast<std::byte*>(dst.data()), nullptr,
         {{0, bytes}}, 8};
-  j.open(0, staging.data(), &gate);
+  j.open(0, b.staging, &gate);
   j.finish(0);
   EXPECT_TRUE(gate.ready());
   s.synchronize();
