@@ -142,7 +142,8 @@ void set_copy_options(const copy_options& options);
 
 /// @brief The pinned memory the engine stages through, per backend: made on
 /// first use and never destroyed. Reserve blocks in it, read its statistics,
-/// or trim it; its blocks are of the chunk sizes (min_chunk .. max_chunk).
+/// or trim it. A staged copy takes one block from it: `staging_buffers`
+/// buffers of the copy's largest chunk (up to staging_buffers × max_chunk).
 /// @throws syncmem::unsupported_error when `backend` has no devices
 [[nodiscard]] mr::caching_pinned_resource& staging_resource(device_kind backend);
 

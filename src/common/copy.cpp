@@ -255,43 +255,38 @@ std::vector<chunk> plan_chunks(std::size_t bytes, const copy_options& o, std::si
   return chunks;
 }
 
-// Pinned buffers from the staging cache for one copy; freed with the copy's
-// stream, so that the cache reuses them only after the copy's DMAs.
+// Pinned buffers from the staging cache for one copy, side by side in one
+// block (one allocation and one event per copy, not one per buffer); freed
+// with the copy's stream, so that the cache reuses it only after the copy's
+// DMAs.
 class staging_ring {
  public:
   staging_ring(const copy_options& o, std::size_t count, std::size_t bytes, stream_view s)
-      : resource_{o.staging != nullptr ? o.staging : &staging_resource(s.device().kind())}, bytes_{bytes}, stream_{s} {
-    buffers_.reserve(count);
-    try {
-      for (std::size_t i = 0; i < count; ++i) {
-        buffers_.push_back(static_cast<std::byte*>(resource_->allocate(bytes, s)));
-      }
-    } catch (...) {
-      for (auto* b : buffers_) resource_->deallocate_host_only(b, bytes_);  // not used yet
-      throw;
-    }
-  }
+      : resource_{o.staging != nullptr ? o.staging : &staging_resource(s.device().kind())},
+        buffer_bytes_{bytes},
+        block_bytes_{count * bytes},
+        stream_{s},
+        block_{static_cast<std::byte*>(resource_->allocate(block_bytes_, s))} {}
   ~staging_ring() {
-    for (auto* b : buffers_) {
-      if (host_only_) {
-        resource_->deallocate_host_only(b, bytes_);
-      } else {
-        resource_->deallocate(b, bytes_, stream_);
-      }
+    if (host_only_) {
+      resource_->deallocate_host_only(block_, block_bytes_);
+    } else {
+      resource_->deallocate(block_, block_bytes_, stream_);
     }
   }
   staging_ring(const staging_ring&) = delete;
   staging_ring& operator=(const staging_ring&) = delete;
 
-  std::byte* operator[](std::size_t i) const { return buffers_[i]; }
+  std::byte* operator[](std::size_t i) const { return block_ + i * buffer_bytes_; }
   // Every device use of the buffers has completed: no event needed on free.
   void all_device_work_done() noexcept { host_only_ = true; }
 
  private:
   mr::caching_pinned_resource* resource_;
-  std::size_t bytes_;
+  std::size_t buffer_bytes_;
+  std::size_t block_bytes_;
   stream_view stream_;
-  std::vector<std::byte*> buffers_;
+  std::byte* block_;
   bool host_only_ = false;
 };
 
