@@ -102,10 +102,13 @@ void host_copy_pool::wake(int threads) {
 
 void host_copy_pool::ensure_workers(int count) {
   count = std::min(count, max_threads);
+  // Every staged copy asks (twice: wake, then its job); the pool has grown
+  // long before, so the answer is one load, not a lock.
+  if (workers_.load(std::memory_order_acquire) >= count) return;
   std::lock_guard lock{mutex_};
-  while (workers_ < count) {
+  while (workers_.load(std::memory_order_relaxed) < count) {
     std::thread{[this] { work(); }}.detach();  // lives as long as the process, like the pool
-    ++workers_;
+    workers_.fetch_add(1, std::memory_order_release);
   }
 }
 

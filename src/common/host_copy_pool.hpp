@@ -74,7 +74,7 @@ class host_copy_pool {
   std::vector<job*> jobs_;
   std::atomic<std::size_t> epoch_{0};  // bumped whenever pieces become claimable
   std::atomic<int> sleeping_{0};
-  int workers_ = 0;
+  std::atomic<int> workers_{0};  // grows under mutex_
 };
 
 // One copy between user memory and staging buffers (or straight between two
