@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "syncmem/emulated.hpp"
+#include "emulated_device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/caching_options.hpp"
 #include "syncmem/mr/caching_resource.hpp"
@@ -57,10 +57,7 @@ void exercise(const syncmem::mr::caching_options& options) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  syncmem::emulated_options options;
-  options.device_count = 1;
-  options.memory_per_device = std::size_t{256} << 20;
-  syncmem::enable_emulated_devices(options);
+  syncmem::fuzz::enable_one_emulated_device();
   return 0;
 }
 

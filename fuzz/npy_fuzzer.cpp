@@ -10,14 +10,11 @@
 #include <cstring>
 #include <span>
 
-#include "syncmem/emulated.hpp"
+#include "emulated_device.hpp"
 #include "syncmem/npy.hpp"
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  syncmem::emulated_options options;
-  options.device_count = 1;
-  options.memory_per_device = std::size_t{256} << 20;
-  syncmem::enable_emulated_devices(options);
+  syncmem::fuzz::enable_one_emulated_device();
   return 0;
 }
 
