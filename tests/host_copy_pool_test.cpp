@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -88,6 +89,38 @@ TEST(HostCopyPool, ManyCallersAtOnce) {
         for (std::size_t i = 0; i < n; ++i) src[i] = pattern_byte(seed, i);
         std::vector<std::uint8_t> dst(n, 0);
         pool.copy(dst.data(), src.data(), n, 4);
+        if (dst != src) ++mismatches[static_cast<std::size_t>(c)];
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int c = 0; c < callers; ++c) EXPECT_EQ(mismatches[static_cast<std::size_t>(c)], 0) << "caller " << c;
+}
+
+// More callers at once than the pool has slots for (16): the jobs that find
+// no slot are copied by their callers alone, the others with pool threads,
+// and every byte arrives either way.
+TEST(HostCopyPool, MoreCallersThanTheSlotsOfThePool) {
+  auto& pool = host_copy_pool::instance();
+  constexpr int callers = 24;
+  std::vector<std::uint64_t> seeds;
+  for (int c = 0; c < callers; ++c) seeds.push_back(fresh_seed());
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(callers, 0);
+  for (int c = 0; c < callers; ++c) {
+    threads.emplace_back([&, c] {
+      std::mt19937_64 local{seeds[static_cast<std::size_t>(c)]};
+      std::uniform_int_distribution<std::size_t> size{2 * host_copy_pool::min_piece, MiB};
+      ready.fetch_add(1);
+      while (ready.load() < callers) std::this_thread::yield();  // start together
+      for (int round = 0; round < 8; ++round) {
+        const std::size_t n = size(local);
+        std::vector<std::uint8_t> src(n);
+        const std::uint64_t seed = local();
+        for (std::size_t i = 0; i < n; ++i) src[i] = pattern_byte(seed, i);
+        std::vector<std::uint8_t> dst(n, 0);
+        pool.copy(dst.data(), src.data(), n, 3);
         if (dst != src) ++mismatches[static_cast<std::size_t>(c)];
       }
     });

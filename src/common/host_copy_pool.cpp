@@ -112,14 +112,27 @@ void host_copy_pool::ensure_workers(int count) {
   }
 }
 
-void host_copy_pool::publish(job* j) {
-  std::lock_guard lock{mutex_};
-  jobs_.push_back(j);
+int host_copy_pool::publish(job* j) {
+  for (int i = 0; i < slot_count; ++i) {
+    job* expected = nullptr;
+    if (slots_[static_cast<std::size_t>(i)].current.compare_exchange_strong(expected, j)) return i;
+  }
+  return -1;
 }
 
-void host_copy_pool::withdraw(job* j) {
-  std::lock_guard lock{mutex_};
-  std::erase(jobs_, j);
+// A pool thread counts itself as a visitor before it reads the slot, and the
+// slot is emptied before its visitors are counted (both sequentially
+// consistent): a thread that read the job is seen here until it has left it.
+void host_copy_pool::withdraw(int i) {
+  slot& s = slots_[static_cast<std::size_t>(i)];
+  s.current.store(nullptr);
+  for (unsigned round = 0; s.visitors.load() != 0; ++round) {
+    if (round < 4096) {
+      relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void host_copy_pool::announce() {
@@ -130,35 +143,43 @@ void host_copy_pool::announce() {
   }
 }
 
-host_copy_pool::job* host_copy_pool::join_any() {
-  std::lock_guard lock{mutex_};
-  for (job* j : jobs_) {
-    if (j->helpers_.load(std::memory_order_relaxed) < j->helpers_allowed_ && j->has_work()) {
-      j->helpers_.fetch_add(1, std::memory_order_relaxed);  // withdraw() waits for it under this mutex
-      return j;
+bool host_copy_pool::help(slot& s) {
+  if (s.current.load(std::memory_order_relaxed) == nullptr) return false;
+  s.visitors.fetch_add(1);
+  bool ran = false;
+  if (job* j = s.current.load(); j != nullptr && j->has_work()) {
+    if (j->helpers_.fetch_add(1, std::memory_order_relaxed) < j->helpers_allowed_) {
+      std::size_t p = 0;
+      while (j->claim(p, j->opened_.load(std::memory_order_acquire))) {
+        j->run(p);
+        ran = true;
+      }
     }
+    j->helpers_.fetch_sub(1, std::memory_order_relaxed);
   }
-  return nullptr;
+  s.visitors.fetch_sub(1, std::memory_order_release);  // the last touch of the job
+  return ran;
 }
 
 void host_copy_pool::work() {
-  std::size_t seen = epoch_.load();
   for (;;) {
-    if (job* j = join_any()) {
-      std::size_t p = 0;
-      while (j->claim(p, j->opened_.load(std::memory_order_acquire))) j->run(p);
-      j->helpers_.fetch_sub(1, std::memory_order_release);  // the last touch of the job
-      continue;
-    }
+    const std::size_t seen = epoch_.load();
+    bool ran = false;
+    for (slot& s : slots_) ran = help(s) || ran;
+    if (ran) continue;
     const auto spin_until = std::chrono::steady_clock::now() + worker_spin;
-    while (epoch_.load() == seen && std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
+    for (unsigned round = 1; epoch_.load() == seen; ++round) {
+      relax();
+      if (round % 64 != 0) continue;
+      if (std::chrono::steady_clock::now() >= spin_until) break;
+      if (round % 1024 == 0) std::this_thread::yield();  // leaves the core to others that need it
+    }
     if (epoch_.load() == seen) {
       std::unique_lock lock{mutex_};
       sleeping_.fetch_add(1);
       available_.wait(lock, [&] { return epoch_.load() != seen; });
       sleeping_.fetch_sub(1);
     }
-    seen = epoch_.load();
   }
 }
 
@@ -198,11 +219,8 @@ void host_copy_pool::job::open(std::size_t c, std::byte* staging, const event* g
   ++opened_chunks_;
   opened_.store(state.end_piece, std::memory_order_release);  // publishes the chunk's state
   if (helpers_allowed_ == 0) return;
-  if (!published_) {
-    published_ = true;
-    pool_.publish(this);
-  }
-  pool_.announce();
+  if (slot_ < 0) slot_ = pool_.publish(this);  // with every slot taken, the caller copies alone for now
+  if (slot_ >= 0) pool_.announce();
 }
 
 bool host_copy_pool::job::claim(std::size_t& p, std::size_t limit) noexcept {
@@ -293,12 +311,11 @@ void host_copy_pool::job::finish(std::size_t c) {
 void host_copy_pool::job::stop() noexcept {
   if (stopped_) return;
   stopped_ = true;
-  if (published_) pool_.withdraw(this);  // no pool thread joins it any more
   const std::size_t claimed = next_.exchange(pieces_.size() + 1);  // nothing more can be claimed
+  if (slot_ >= 0) pool_.withdraw(slot_);  // no pool thread touches the job any more
+  slot_ = -1;
   const std::size_t started = std::min(claimed, pieces_.size());
-  while (done_.load(std::memory_order_acquire) < started || helpers_.load(std::memory_order_acquire) > 0) {
-    std::this_thread::yield();
-  }
+  while (done_.load(std::memory_order_acquire) < started) std::this_thread::yield();
 }
 
 }  // namespace syncmem::detail
