@@ -1,7 +1,8 @@
 // Tuning the transfer engine on a machine with a GPU (not part of `syncmem
 // bench`): the host's copy ceilings (pageable to pinned, ordinary and
-// streaming stores, 1..N threads) and the engine's pageable bandwidth over a
-// grid of copy_options, each printed as one line.
+// streaming stores, 1..N threads), the engine's host copy pool at 1..16
+// threads, and the engine's pageable bandwidth over a grid of copy_options,
+// each printed as one line.
 //
 //   engine_tuning [size_kib] [threads,...] [max_chunk_mib,...] [buffers,...] [min_chunk_kib,...]
 
@@ -79,6 +80,30 @@ double host_ceiling(void* dst, const void* src, std::size_t bytes, int threads, 
   return best;
 }
 
+// Microseconds the engine's host copy pool takes for `bytes`, the median of
+// 200 rounds: out of pinned memory a DMA has just written (a download's host
+// side), or into it (an upload's).
+double pool_microseconds(void* pageable, void* pinned, void* dev, std::size_t bytes, int threads, bool out,
+                         syncmem::stream_view s) {
+  auto& pool = syncmem::detail::host_copy_pool::instance();
+  std::vector<double> times;
+  for (int round = 0; round < 220; ++round) {
+    if (out) syncmem::copy(pinned, dev, bytes, s);
+    pool.wake(threads);
+    const auto start = clock_type::now();
+    if (out) {
+      pool.copy(pageable, pinned, bytes, threads);
+    } else {
+      pool.copy(pinned, pageable, bytes, threads);
+    }
+    const double t = std::chrono::duration<double, std::micro>(clock_type::now() - start).count();
+    if (!out) syncmem::copy(dev, pinned, bytes, s);
+    if (round >= 20) times.push_back(t);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // GB/s of the engine's copy: the median of many rounds for small sizes, the
 // best of three for large ones.
 double engine_bandwidth(void* dst, const void* src, std::size_t bytes, syncmem::stream_view s,
@@ -120,6 +145,14 @@ int main(int argc, char** argv) {
     std::printf("  %2d threads: memcpy %6.1f GB/s, streaming stores %6.1f GB/s\n", t,
                 host_ceiling(pinned, pageable.data(), bytes, t, false),
                 host_ceiling(pinned, pageable.data(), bytes, t, true));
+  }
+  std::printf("host copy pool, %zu KiB, median of 200 (out: from pinned memory a DMA just wrote; in: into it):\n",
+              kib);
+  for (int t : {1, 2, 4, 8, 12, 16}) {
+    const double out = pool_microseconds(back.data(), pinned, dev, bytes, t, true, s);
+    const double in = pool_microseconds(pageable.data(), pinned, dev, bytes, t, false, s);
+    std::printf("  %2d threads: out %8.1f us (%6.1f GB/s), in %8.1f us (%6.1f GB/s)\n", t, out,
+                static_cast<double>(bytes) / out / 1e3, in, static_cast<double>(bytes) / in / 1e3);
   }
   syncmem::copy(dev, pinned, bytes, s);
   auto pinned_start = clock_type::now();

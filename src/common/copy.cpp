@@ -238,23 +238,6 @@ void wait_for(stream_view s) {
   if (!s.ready()) s.synchronize();
 }
 
-using chunk = host_copy_pool::job::chunk;
-
-// Chunks that start at min_chunk and double up to max_chunk.
-std::vector<chunk> plan_chunks(std::size_t bytes, const copy_options& o, std::size_t& largest) {
-  std::vector<chunk> chunks;
-  largest = 0;
-  std::size_t next = o.min_chunk;
-  for (std::size_t offset = 0; offset < bytes;) {
-    const std::size_t n = std::min(next, bytes - offset);
-    chunks.push_back({offset, n});
-    largest = std::max(largest, n);
-    offset += n;
-    next = next > o.max_chunk / 2 ? o.max_chunk : next * 2;
-  }
-  return chunks;
-}
-
 // Pinned buffers from the staging cache for one copy, side by side in one
 // block (one allocation and one event per copy, not one per buffer); freed
 // with the copy's stream, so that the cache reuses it only after the copy's
@@ -363,7 +346,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   host_copy_pool::instance().wake(threads_of(o));
   wait_for(s);  // (a): earlier work on s may still write the source
   std::size_t largest = 0;
-  const auto chunks = plan_chunks(bytes, o, largest);
+  const auto chunks = detail::plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   std::optional<staging_ring> ring{std::in_place, o, count, largest, s};
   event_slots sent{count};
@@ -396,7 +379,7 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
                         const copy_options& o) {
   host_copy_pool::instance().wake(threads_of(o));
   std::size_t largest = 0;
-  const auto chunks = plan_chunks(bytes, o, largest);
+  const auto chunks = detail::plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   staging_ring ring{o, count, largest, s};
   event_slots landed{count};
@@ -429,7 +412,7 @@ transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_
   const stream_view down = s.device() == from ? s : engine_stream(from);
   const stream_view up = s.device() == to ? s : engine_stream(to);
   std::size_t largest = 0;
-  const auto chunks = plan_chunks(bytes, o, largest);
+  const auto chunks = detail::plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   // Freed with `s` alone: every use of the buffers on the other stream comes
   // before an event that `s` waits for (the last upload, or each download).
@@ -507,6 +490,22 @@ transfer dispatch(void* dst, const side& to, const void* src, const side& from, 
 }
 
 }  // namespace
+
+// Chunks that start at min_chunk and double up to max_chunk.
+std::vector<host_copy_pool::job::chunk> detail::plan_chunks(std::size_t bytes, const copy_options& o,
+                                                            std::size_t& largest) {
+  std::vector<host_copy_pool::job::chunk> chunks;
+  largest = 0;
+  std::size_t next = o.min_chunk;
+  for (std::size_t offset = 0; offset < bytes;) {
+    const std::size_t n = std::min(next, bytes - offset);
+    chunks.push_back({offset, n});
+    largest = std::max(largest, n);
+    offset += n;
+    next = next > o.max_chunk / 2 ? o.max_chunk : next * 2;
+  }
+  return chunks;
+}
 
 // ---- public ------------------------------------------------------------------------------
 

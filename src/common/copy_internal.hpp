@@ -6,7 +6,9 @@
 // memory of the stream's device.
 
 #include <cstddef>
+#include <vector>
 
+#include "host_copy_pool.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/memory_kind.hpp"
 
@@ -28,5 +30,10 @@ void finish_completed(transfer& t) noexcept;
 // The kind of host memory `p` is to the backend that will copy it (memory an
 // emulated device pinned is pageable to CUDA, and the other way round).
 [[nodiscard]] memory_kind host_memory_kind_for(const void* p, device_kind backend);
+
+// How a staged copy of `bytes` bytes is cut into chunks with `options` (see
+// copy_options); `largest` is set to the largest chunk. Shared with the
+// timeline tool (bench/tuning/transfer_timeline.cpp).
+[[nodiscard]] std::vector<host_copy_pool::job::chunk> plan_chunks(std::size_t bytes, const copy_options& options, std::size_t& largest);
 
 }  // namespace syncmem::detail
