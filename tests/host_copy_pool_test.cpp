@@ -281,6 +281,31 @@ TEST(HostCopyPoolJob, StoppedJobTouchesNothingAfterItsEnd) {
   }
 }
 
+// The number of pool threads on a job changes while it runs (the engine paces
+// uploads that way): fewer, none (the caller alone), then all again; every
+// byte arrives, none outside the chunks is written.
+TEST(HostCopyPoolJob, HelpersChangeWhileItRuns) {
+  const std::size_t bytes = 12 * MiB + 333;
+  const auto src = random_block(bytes);
+  auto dst = random_block(bytes + 64);
+  const auto before = dst;
+  const auto chunks = random_chunks(bytes, 2 * MiB);
+  job j{host_copy_pool::instance(), job::direction::host_to_host, dst.data(), src.data(), chunks, 8};
+  EXPECT_EQ(j.helpers(), 7);
+  std::uniform_int_distribution<int> helpers{-1, 9};
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    const int wanted = helpers(rng());
+    j.set_helpers(wanted);
+    EXPECT_EQ(j.helpers(), std::clamp(wanted, 0, 7));
+    j.open(c, nullptr, nullptr);
+    j.finish(c);
+    ASSERT_EQ(std::memcmp(dst.data() + chunks[c].offset, src.data() + chunks[c].offset, chunks[c].bytes), 0)
+        << "chunk " << c << " with " << wanted << " helpers";
+  }
+  j.stop();
+  EXPECT_EQ(std::memcmp(dst.data() + bytes, before.data() + bytes, 64), 0);
+}
+
 TEST(HostCopyPoolJob, OneThreadCopiesOnTheCaller) {
   const std::size_t bytes = 3 * MiB + 1;
   const auto src = random_block(bytes);

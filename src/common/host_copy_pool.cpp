@@ -16,8 +16,12 @@ namespace syncmem::detail {
 
 namespace {
 // How long an idle worker looks for work before it sleeps: longer than the
-// gap between two chunks of a staged copy, short enough not to burn a core.
-constexpr auto worker_spin = std::chrono::microseconds{100};
+// tail of a staged upload (its last DMAs run after the host copies are done),
+// so that back-to-back copies find the workers awake, as OpenMP runtimes spin
+// before they sleep. On the (virtual) H200 machine, with 100 us here, a
+// 64 MiB upload's first three chunks were sometimes ready only after 190-245
+// us instead of about 51 us: the caller copied alone while its workers woke.
+constexpr auto worker_spin = std::chrono::microseconds{1000};
 // How long a caller waiting for a chunk spins before it sleeps: the pieces of
 // a chunk take tens of microseconds, and waking a sleeper takes several.
 constexpr auto caller_spin = std::chrono::microseconds{50};
@@ -148,9 +152,11 @@ bool host_copy_pool::help(slot& s) {
   s.visitors.fetch_add(1);
   bool ran = false;
   if (job* j = s.current.load(); j != nullptr && j->has_work()) {
-    if (j->helpers_.fetch_add(1, std::memory_order_relaxed) < j->helpers_allowed_) {
+    if (j->helpers_.fetch_add(1, std::memory_order_relaxed) < j->helpers_allowed_.load(std::memory_order_relaxed)) {
       std::size_t p = 0;
-      while (j->claim(p, j->opened_.load(std::memory_order_acquire))) {
+      // Leaves when the job wants fewer threads than are on it.
+      while (j->helpers_.load(std::memory_order_relaxed) <= j->helpers_allowed_.load(std::memory_order_relaxed) &&
+             j->claim(p, j->opened_.load(std::memory_order_acquire))) {
         j->run(p);
         ran = true;
       }
@@ -193,11 +199,12 @@ host_copy_pool::job::job(host_copy_pool& pool, direction dir, std::byte* dst, co
       src_{src},
       chunks_{std::make_unique<chunk_state[]>(chunks.size())},
       chunk_count_{chunks.size()},
-      helpers_allowed_{std::clamp(threads, 1, max_threads) - 1} {
+      helpers_most_{std::clamp(threads, 1, max_threads) - 1},
+      helpers_allowed_{helpers_most_} {
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const std::size_t bytes = chunks[c].bytes;
     // About one piece per thread, in whole pages, within [min_piece, max_piece].
-    const std::size_t even = (bytes / static_cast<std::size_t>(helpers_allowed_ + 1) + page - 1) / page * page;
+    const std::size_t even = (bytes / static_cast<std::size_t>(helpers_most_ + 1) + page - 1) / page * page;
     const std::size_t size = std::clamp(even, min_piece, max_piece);
     for (std::size_t at = 0; at < bytes; at += size) {
       pieces_.push_back({chunks[c].offset + at, std::min(size, bytes - at), c});
@@ -205,7 +212,7 @@ host_copy_pool::job::job(host_copy_pool& pool, direction dir, std::byte* dst, co
     chunks_[c].range = chunks[c];
     chunks_[c].end_piece = pieces_.size();
   }
-  if (helpers_allowed_ > 0) pool_.ensure_workers(helpers_allowed_);
+  if (helpers_most_ > 0) pool_.ensure_workers(helpers_most_);
 }
 
 host_copy_pool::job::~job() { stop(); }
@@ -218,7 +225,7 @@ void host_copy_pool::job::open(std::size_t c, std::byte* staging, const event* g
   state.remaining.store(state.end_piece - (c == 0 ? 0 : chunks_[c - 1].end_piece), std::memory_order_relaxed);
   ++opened_chunks_;
   opened_.store(state.end_piece, std::memory_order_release);  // publishes the chunk's state
-  if (helpers_allowed_ == 0) return;
+  if (helpers_most_ == 0) return;
   if (slot_ < 0) slot_ = pool_.publish(this);  // with every slot taken, the caller copies alone for now
   if (slot_ >= 0) pool_.announce();
 }
@@ -306,6 +313,12 @@ void host_copy_pool::job::finish(std::size_t c) {
     if (state.remaining.load(std::memory_order_acquire) == 0 || failed_.load(std::memory_order_acquire)) continue;
     signal_.wait(seen, std::memory_order_acquire);
   }
+}
+
+void host_copy_pool::job::set_helpers(int helpers) noexcept {
+  helpers = std::clamp(helpers, 0, helpers_most_);
+  const int before = helpers_allowed_.exchange(helpers, std::memory_order_relaxed);
+  if (helpers > before && slot_ >= 0) pool_.announce();  // threads that left may come back
 }
 
 void host_copy_pool::job::stop() noexcept {

@@ -12,7 +12,7 @@
 // chunk for the slowest piece while there is work in the next one: the
 // caller opens chunks ahead (as staging buffers come free) and finishes them
 // in order (helping with the pieces of the chunk it waits for). Workers spin
-// briefly before they sleep, so that a pipeline's next chunk starts at once.
+// a millisecond before they sleep, so that back-to-back copies find them awake.
 
 #include <array>
 #include <atomic>
@@ -124,6 +124,11 @@ class host_copy_pool::job {
   void finish(std::size_t c);
   // Stops the job and waits until no pool thread touches it any more.
   void stop() noexcept;
+  // How many pool threads may work on the job from now on (clamped to the
+  // number it was made with, less the caller): threads beyond it leave after
+  // their piece. For pacing the host copies to the link (see copy.cpp).
+  void set_helpers(int helpers) noexcept;
+  [[nodiscard]] int helpers() const noexcept { return helpers_allowed_.load(std::memory_order_relaxed); }
 
  private:
   friend class host_copy_pool;
@@ -156,7 +161,8 @@ class host_copy_pool::job {
   std::vector<piece> pieces_;
   std::unique_ptr<chunk_state[]> chunks_;
   std::size_t chunk_count_;
-  int helpers_allowed_;                 // pool threads, not counting the caller
+  int helpers_most_;                    // pool threads at most, not counting the caller
+  std::atomic<int> helpers_allowed_;    // pool threads now (set_helpers), up to helpers_most_
   std::atomic<int> helpers_{0};         // pool threads working on it
   std::atomic<std::size_t> next_{0};    // the first piece not claimed
   std::atomic<std::size_t> opened_{0};  // pieces that may be claimed: those of the open chunks
