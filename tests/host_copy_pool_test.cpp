@@ -71,8 +71,26 @@ TEST(HostCopyPool, CopiesEveryByteAtManySizesOffsetsAndThreadCounts) {
   }
 }
 
-TEST(HostCopyPool, ManyCallersAtOnce) {
+// `rounds` copies of fresh random bytes, sizes in [smallest, largest], through
+// the pool with `threads` threads each; how many arrived wrong.
+int wrong_copies(std::uint64_t seed, std::size_t smallest, std::size_t largest, int rounds, int threads) {
   auto& pool = host_copy_pool::instance();
+  std::mt19937_64 local{seed};
+  std::uniform_int_distribution<std::size_t> size{smallest, largest};
+  int wrong = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const std::size_t n = size(local);
+    std::vector<std::uint8_t> src(n);
+    const std::uint64_t fill = local();
+    for (std::size_t i = 0; i < n; ++i) src[i] = pattern_byte(fill, i);
+    std::vector<std::uint8_t> dst(n, 0);
+    pool.copy(dst.data(), src.data(), n, threads);
+    if (dst != src) ++wrong;
+  }
+  return wrong;
+}
+
+TEST(HostCopyPool, ManyCallersAtOnce) {
   constexpr int callers = 4;
   std::vector<std::uint64_t> seeds;
   for (int c = 0; c < callers; ++c) seeds.push_back(fresh_seed());
@@ -80,17 +98,8 @@ TEST(HostCopyPool, ManyCallersAtOnce) {
   std::vector<int> mismatches(callers, 0);
   for (int c = 0; c < callers; ++c) {
     threads.emplace_back([&, c] {
-      std::mt19937_64 local{seeds[static_cast<std::size_t>(c)]};
-      std::uniform_int_distribution<std::size_t> size{1, 3 * MiB};
-      for (int round = 0; round < 30; ++round) {
-        const std::size_t n = size(local);
-        std::vector<std::uint8_t> src(n);
-        const std::uint64_t seed = local();
-        for (std::size_t i = 0; i < n; ++i) src[i] = pattern_byte(seed, i);
-        std::vector<std::uint8_t> dst(n, 0);
-        pool.copy(dst.data(), src.data(), n, 4);
-        if (dst != src) ++mismatches[static_cast<std::size_t>(c)];
-      }
+      const auto i = static_cast<std::size_t>(c);
+      mismatches[i] = wrong_copies(seeds[i], 1, 3 * MiB, 30, 4);
     });
   }
   for (auto& t : threads) t.join();
@@ -101,7 +110,6 @@ TEST(HostCopyPool, ManyCallersAtOnce) {
 // no slot are copied by their callers alone, the others with pool threads,
 // and every byte arrives either way.
 TEST(HostCopyPool, MoreCallersThanTheSlotsOfThePool) {
-  auto& pool = host_copy_pool::instance();
   constexpr int callers = 24;
   std::vector<std::uint64_t> seeds;
   for (int c = 0; c < callers; ++c) seeds.push_back(fresh_seed());
@@ -110,19 +118,10 @@ TEST(HostCopyPool, MoreCallersThanTheSlotsOfThePool) {
   std::vector<int> mismatches(callers, 0);
   for (int c = 0; c < callers; ++c) {
     threads.emplace_back([&, c] {
-      std::mt19937_64 local{seeds[static_cast<std::size_t>(c)]};
-      std::uniform_int_distribution<std::size_t> size{2 * host_copy_pool::min_piece, MiB};
       ready.fetch_add(1);
       while (ready.load() < callers) std::this_thread::yield();  // start together
-      for (int round = 0; round < 8; ++round) {
-        const std::size_t n = size(local);
-        std::vector<std::uint8_t> src(n);
-        const std::uint64_t seed = local();
-        for (std::size_t i = 0; i < n; ++i) src[i] = pattern_byte(seed, i);
-        std::vector<std::uint8_t> dst(n, 0);
-        pool.copy(dst.data(), src.data(), n, 3);
-        if (dst != src) ++mismatches[static_cast<std::size_t>(c)];
-      }
+      const auto i = static_cast<std::size_t>(c);
+      mismatches[i] = wrong_copies(seeds[i], 2 * host_copy_pool::min_piece, MiB, 8, 3);
     });
   }
   for (auto& t : threads) t.join();
