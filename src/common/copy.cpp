@@ -389,28 +389,34 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
 // ahead; host threads copy each chunk out once its DMA has landed, and the
 // caller refills a buffer as soon as its chunk is out. Finishes before
 // returning, so every device-side read has completed (b) without pinning the
-// whole copy.
+// whole copy. The first DMAs go out before the pool is woken and the job is
+// built (about 4 us on the H200 machine, now spent while the first DMA runs:
+// 1 MiB downloads went from 47-48% to 50-53% of pinned in one lease).
 transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                         const copy_options& o) {
-  host_copy_pool::instance().wake(threads_of(o));
   std::size_t largest = 0;
   const auto chunks = detail::plan_chunks(bytes, o, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   staging_ring ring{o, count, largest, s};
   event_slots landed{count};
+  const auto enqueue = [&](std::size_t i) {
+    const std::size_t k = i % count;
+    enqueue_copy(ring[k], src + chunks[i].offset, chunks[i].bytes, s);
+    landed.record(k, s);
+  };
+  for (std::size_t i = 0; i < count; ++i) enqueue(i);
+  host_copy_pool::instance().wake(threads_of(o));
   {
     host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, dst, nullptr,
                             chunks, threads_of(o)};
-    auto enqueue = [&](std::size_t i) {
-      const std::size_t k = i % count;
-      enqueue_copy(ring[k], src + chunks[i].offset, chunks[i].bytes, s);
-      landed.record(k, s);
-      job.open(i, ring[k], &landed[k]);
-    };
-    for (std::size_t i = 0; i < count; ++i) enqueue(i);
+    for (std::size_t i = 0; i < count; ++i) job.open(i, ring[i], &landed[i]);
     for (std::size_t i = 0; i < chunks.size(); ++i) {
       job.finish(i);  // its threads waited for the chunk's DMA
-      if (i + count < chunks.size()) enqueue(i + count);
+      if (i + count < chunks.size()) {
+        enqueue(i + count);
+        const std::size_t k = i % count;  // the buffer chunk i just left
+        job.open(i + count, ring[k], &landed[k]);
+      }
     }
   }
   ring.all_device_work_done();
