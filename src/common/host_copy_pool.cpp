@@ -33,6 +33,19 @@ void relax() noexcept {
   _mm_pause();
 #endif
 }
+
+// Waits for `done()` without sleeping: pauses first (the wait is usually
+// short), then yields the core.
+template <class Done>
+void spin_until(Done done) noexcept {
+  for (unsigned round = 0; !done(); ++round) {
+    if (round < 4096) {
+      relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
 }  // namespace
 
 host_copy_pool& host_copy_pool::instance() {
@@ -130,13 +143,7 @@ int host_copy_pool::publish(job* j) {
 void host_copy_pool::withdraw(int i) {
   slot& s = slots_[static_cast<std::size_t>(i)];
   s.current.store(nullptr);
-  for (unsigned round = 0; s.visitors.load() != 0; ++round) {
-    if (round < 4096) {
-      relax();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  spin_until([&] { return s.visitors.load() == 0; });
 }
 
 void host_copy_pool::announce() {
@@ -265,13 +272,7 @@ void host_copy_pool::job::pass_gate(chunk_state& state) noexcept {
     state.gate_state.store(gate_open, std::memory_order_release);
     return;
   }
-  for (unsigned round = 0; state.gate_state.load(std::memory_order_acquire) != gate_open; ++round) {
-    if (round < 4096) {
-      relax();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  spin_until([&] { return state.gate_state.load(std::memory_order_acquire) == gate_open; });
 }
 
 void host_copy_pool::job::run(std::size_t p) noexcept {
