@@ -316,5 +316,56 @@ TEST(HostCopyPoolJob, OneThreadCopiesOnTheCaller) {
   EXPECT_EQ(dst, src);
 }
 
+// finished(c) is true once chunk c is open and all of it is copied, by the
+// caller's finish or by pool threads alone.
+TEST(HostCopyPoolJob, FinishedSaysWhetherAChunkIsOpenAndCopied) {
+  const std::size_t bytes = 3 * MiB + 17;
+  const auto src = random_block(bytes);
+  std::vector<std::byte> dst(bytes);
+  const auto chunks = random_chunks(bytes, MiB);
+  ASSERT_GE(chunks.size(), 3U);
+  {
+    job j{host_copy_pool::instance(), job::direction::host_to_host, dst.data(), src.data(), chunks, 1};
+    EXPECT_FALSE(j.finished(0));  // not open
+    j.open(0, nullptr, nullptr);
+    EXPECT_FALSE(j.finished(0));  // open, but one thread copies only in finish
+    EXPECT_FALSE(j.finished(1));
+    j.finish(0);
+    EXPECT_TRUE(j.finished(0));
+    EXPECT_FALSE(j.finished(1));
+    for (std::size_t c = 1; c < chunks.size(); ++c) {
+      j.open(c, nullptr, nullptr);
+      j.finish(c);
+      EXPECT_TRUE(j.finished(c));
+    }
+  }
+  EXPECT_EQ(dst, src);
+
+  const auto other = random_block(bytes);
+  job j{host_copy_pool::instance(), job::direction::host_to_host, dst.data(), other.data(), chunks, 8};
+  for (std::size_t c = 0; c < chunks.size(); ++c) j.open(c, nullptr, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{30};
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    while (!j.finished(c) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    ASSERT_TRUE(j.finished(c)) << "chunk " << c << " was not copied by the pool threads";
+    EXPECT_EQ(std::memcmp(dst.data() + chunks[c].offset, other.data() + chunks[c].offset, chunks[c].bytes), 0);
+  }
+  j.stop();
+  EXPECT_EQ(dst, other);
+}
+
+// Demoting lines out of the core's caches is a hint: no byte changes, at any
+// alignment and size.
+TEST(HostCopyPool, DemoteChangesNoByte) {
+  const auto block = random_block(MiB + 200);
+  auto copy = block;
+  std::uniform_int_distribution<std::size_t> offset{0, 127};
+  for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{65},
+                                 std::size_t{4097}, MiB}) {
+    host_copy_pool::demote(copy.data() + offset(rng()), size);
+    ASSERT_EQ(copy, block) << size << " bytes";
+  }
+}
+
 }  // namespace
 }  // namespace syncmem::test

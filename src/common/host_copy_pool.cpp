@@ -9,6 +9,11 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define SYNCMEM_HAS_CLDEMOTE 1
+#endif
 
 #include "syncmem/event.hpp"
 
@@ -96,6 +101,32 @@ void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes) n
   }
 #endif
   std::memcpy(dst, src, bytes);
+}
+
+#if defined(SYNCMEM_HAS_CLDEMOTE)
+namespace {
+bool has_cldemote() noexcept {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (c & (1U << 25)) != 0;  // CPUID.(7,0):ECX[25]
+}
+
+__attribute__((target("cldemote"))) void demote_lines(const std::byte* p, std::size_t bytes) noexcept {
+  const auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
+  for (auto line = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63}; line < end; line += 64) {
+    _cldemote(reinterpret_cast<void*>(line));
+  }
+}
+}  // namespace
+#endif
+
+void host_copy_pool::demote(const void* p, std::size_t bytes) noexcept {
+#if defined(SYNCMEM_HAS_CLDEMOTE)
+  static const bool supported = has_cldemote();
+  if (supported && bytes > 0) demote_lines(static_cast<const std::byte*>(p), bytes);
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 void host_copy_pool::copy(void* dst, const void* src, std::size_t bytes, int threads) {
@@ -283,7 +314,10 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
     const std::size_t in_chunk = pc.offset - state.range.offset;
     switch (dir_) {
       case direction::to_staging: copy_piece(state.staging + in_chunk, src_ + pc.offset, pc.bytes); break;
-      case direction::from_staging: copy_piece(dst_ + pc.offset, state.staging + in_chunk, pc.bytes); break;
+      case direction::from_staging:
+        copy_piece(dst_ + pc.offset, state.staging + in_chunk, pc.bytes);
+        demote(state.staging + in_chunk, pc.bytes);  // before the next DMA into the buffer
+        break;
       case direction::host_to_host: copy_piece(dst_ + pc.offset, src_ + pc.offset, pc.bytes); break;
     }
   }
@@ -314,6 +348,10 @@ void host_copy_pool::job::finish(std::size_t c) {
     if (state.remaining.load(std::memory_order_acquire) == 0 || failed_.load(std::memory_order_acquire)) continue;
     signal_.wait(seen, std::memory_order_acquire);
   }
+}
+
+bool host_copy_pool::job::finished(std::size_t c) const noexcept {
+  return c < opened_chunks_ && chunks_[c].remaining.load(std::memory_order_acquire) == 0;
 }
 
 void host_copy_pool::job::set_helpers(int helpers) noexcept {
