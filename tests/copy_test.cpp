@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/backend.hpp"
+#include "common/copy_internal.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -549,6 +550,35 @@ TYPED_TEST(Copy, StagingBlocksAreReusedOnlyAfterTheirCopies) {
   for (auto& c : copies) EXPECT_TRUE(same_bytes(c.d->read(), c.bytes));
   EXPECT_GT(staging_resource(this->kind).statistics().hits, hits_before);
   EXPECT_EQ(staging_resource(this->kind).statistics().bytes_in_use, 0U);
+}
+
+// While the link is busy (the stream is held by slow work here, so every DMA
+// stays queued), an upload's chunk goes in one DMA with the next chunk when
+// that lies right after it in the ring of buffers: 65 chunks (64 full ones
+// and a short tail) through 8 buffers take 34 DMAs, the first two alone, then
+// pairs, never across the end of the ring, then the tail. Every byte arrives.
+TYPED_TEST(Copy, AnUploadMergesAdjacentChunksWhileTheLinkIsBusy) {
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = o.max_chunk = 64 * KiB;
+  o.staging_buffers = 8;
+  o.host_threads = 3;
+  const std::size_t n = 64 * 64 * KiB + 1 + rng()() % (64 * KiB - 1);
+  const auto bytes = random_bytes(n);
+  test_buffer d{mem::device, this->kind, n};
+  const auto before = detail::staged_upload_dma_count();
+  stream s{this->dev()};
+  device_sleep(s, std::chrono::milliseconds{500});
+  auto t = copy_async(d.data(), bytes.data(), n, s, o);
+  const bool held = !s.ready();  // the whole upload was enqueued behind the sleep
+  const auto dmas = detail::staged_upload_dma_count() - before;
+  t.wait();
+  EXPECT_TRUE(same_bytes(d.read(), bytes));
+  if (held) {
+    EXPECT_EQ(dmas, 34U);
+  } else {
+    EXPECT_LE(dmas, 65U) << "the sleep ended before the upload was enqueued: merges not checked";
+  }
 }
 
 // Once a staged copy is ready, its staging buffers are ready for the next one:

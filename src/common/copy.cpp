@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -308,6 +309,8 @@ class event_slots {
 
 // ---- the paths --------------------------------------------------------------------------
 
+std::atomic<std::uint64_t> staged_upload_dmas{0};  // see detail::staged_upload_dma_count
+
 transfer host_to_host(void* dst, const void* src, std::size_t bytes, stream_view s, const copy_options& o) {
   wait_for(s);
   host_copy_pool::instance().copy(dst, src, bytes, threads_of(o));
@@ -348,6 +351,16 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // alone), so the job keeps as few threads as keep the link fed: one fewer
 // each time a chunk is ready while two DMAs are still queued, all of them as
 // soon as the link is about to run dry (the previous DMA has completed).
+//
+// Merging: a chunk that is ready while the two DMAs before it are still
+// queued (or whose next chunk is ready too) goes in one DMA with the next
+// chunk when that lies right after it in the ring: fewer, larger DMAs from
+// the same buffers. Each DMA costs the link about 2 us (on the H200 machine
+// the engine's 19 chunks of a 64 MiB upload took 1257 us from pinned memory,
+// 12 chunks of up to 8 MiB 1238 us, one DMA 1211 us); merged, 64 MiB uploads
+// went from 87.5-88.9% of pinned to 88.3-90.4%, 256 MiB from 90.4-92.2% to
+// 94.5-94.8% (same lease, alternating runs). Larger buffers instead (6 of
+// 8 MiB) did as well at 64 MiB, with half as much pinned memory again.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                           const copy_options& o) {
   host_copy_pool::instance().wake(threads_of(o));
@@ -360,23 +373,42 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   {
     host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src,
                             chunks, threads_of(o)};
-    // With three buffers or more, every DMA gets an event, and the host copies
-    // are paced to the link (see the note above).
+    // With three buffers or more, every DMA gets an event (in the slot of each
+    // chunk it carries), the host copies are paced to the link, and DMAs are
+    // merged while it is busy (see the notes above).
     const bool pace = count >= 3;
     for (std::size_t i = 0; i < count; ++i) job.open(i, (*ring)[i], nullptr);
-    for (std::size_t i = 0; i < chunks.size(); ++i) {
+    std::size_t dmas = 0;
+    std::array<std::size_t, 2> previous{};  // the slots of the last two DMAs, the latest first
+    for (std::size_t i = 0; i < chunks.size();) {
       const std::size_t k = i % count;
       job.finish(i);
-      enqueue_copy(dst + chunks[i].offset, (*ring)[k], chunks[i].bytes, s);
-      if (pace || i + count < chunks.size()) sent.record(k, s);
-      if (pace && i >= 2) {
-        if (sent[(i - 1) % count].ready()) {
+      std::size_t end = i + 1;  // one past the chunks this DMA carries
+      // The next chunk lies right after this one in the ring (and on the device).
+      const bool adjacent = end < chunks.size() && end % count != 0 && chunks[i].bytes == largest;
+      if (pace && dmas >= 2 && adjacent &&
+          (job.finished(end) || (!sent[previous[0]].ready() && !sent[previous[1]].ready()))) {
+        job.finish(end++);
+      }
+      const std::size_t n = chunks[end - 1].offset + chunks[end - 1].bytes - chunks[i].offset;
+      enqueue_copy(dst + chunks[i].offset, (*ring)[k], n, s);
+      staged_upload_dmas.fetch_add(1, std::memory_order_relaxed);
+      if (pace && dmas >= 2) {
+        if (sent[previous[0]].ready()) {
           job.set_helpers(threads_of(o));  // the link is about to run dry: every thread
-        } else if (!sent[(i - 2) % count].ready()) {
+        } else if (!sent[previous[1]].ready()) {
           job.set_helpers(std::max(1, job.helpers() - 1));  // two DMAs still queued: one thread fewer
         }
       }
-      if (i + count < chunks.size()) job.open(i + count, (*ring)[k], &sent[k]);
+      for (std::size_t j = i; j < end; ++j) {
+        if (pace || j + count < chunks.size()) sent.record(j % count, s);
+      }
+      previous = {k, previous[0]};
+      ++dmas;
+      for (std::size_t j = i; j < end; ++j) {
+        if (j + count < chunks.size()) job.open(j + count, (*ring)[j % count], &sent[j % count]);
+      }
+      i = end;
     }
   }
   // Freed before the transfer's event is recorded, so that once the transfer
@@ -527,6 +559,8 @@ std::vector<host_copy_pool::job::chunk> detail::plan_chunks(std::size_t bytes, c
   }
   return chunks;
 }
+
+std::uint64_t detail::staged_upload_dma_count() noexcept { return staged_upload_dmas.load(std::memory_order_relaxed); }
 
 // ---- public ------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
 // memory of the stream's device.
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "host_copy_pool.hpp"
@@ -35,5 +36,9 @@ void finish_completed(transfer& t) noexcept;
 // copy_options); `largest` is set to the largest chunk. Shared with the
 // timeline tool (bench/tuning/transfer_timeline.cpp).
 [[nodiscard]] std::vector<host_copy_pool::job::chunk> plan_chunks(std::size_t bytes, const copy_options& options, std::size_t& largest);
+
+// DMAs that staged uploads have enqueued in this process, merged ones counted
+// once (for tests).
+[[nodiscard]] std::uint64_t staged_upload_dma_count() noexcept;
 
 }  // namespace syncmem::detail
