@@ -4,7 +4,10 @@
 //   transfer/h2d|d2h/<method>/<size>   bandwidth against size. On CUDA:
 //       cudaMemcpyAsync-pinned (the floor), cudaMemcpy-pageable (what code
 //       without pinned memory gets), engine (ours, from/to pageable memory),
-//       engine-pinned (ours on pinned memory: the engine's own overhead).
+//       engine-pinned (ours on pinned memory: the engine's own overhead);
+//       uploads from 64 MiB also engine-streaming and engine-ordinary (the
+//       staging written with streaming or with ordinary stores only, see
+//       copy_options::ordinary_stores_above).
 //       On emulated devices: backend-pinned, backend-pageable, engine.
 //   transfer/d2d/<method>/<size>       device to device on one device
 //   transfer/peer/<method>/<size>      between two devices (when there are two)
@@ -21,6 +24,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -140,12 +144,16 @@ void run_bandwidth(benchmark::State& state, device_id d, std::size_t n, directio
   void* dst = h2d ? b.device_a : host;
   const void* src = h2d ? host : b.device_a;
   stopwatch watch{method == "cudaMemcpy-pageable" ? default_stream(d) : s};
+  copy_options stores = get_copy_options();  // the engine with its staging written one way only
+  stores.ordinary_stores_above = method == "engine-ordinary" ? 1 : std::numeric_limits<std::size_t>::max();
   auto once = [&] {
     if (method == "engine" || method == "engine-pinned") {
       // Complete once the stream reaches the point after the call (staged and
       // small downloads to pageable memory are complete at return), which the
       // stopwatch waits for: no second wait, as for cudaMemcpyAsync.
       (void)copy_async(dst, src, n, s);
+    } else if (method == "engine-streaming" || method == "engine-ordinary") {
+      (void)copy_async(dst, src, n, s, stores);
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
     } else if (method == "cudaMemcpyAsync-pinned") {
       SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
@@ -318,7 +326,11 @@ void register_transfer_suite(const options& o) {
 
   for (const std::size_t n : sizes) {
     for (const auto dir : {direction::h2d, direction::d2h}) {
-      for (const auto& method : methods) {
+      auto these = methods;
+      if (gpu && dir == direction::h2d && n >= 64 * MiB) {
+        these.insert(these.end(), {"engine-streaming", "engine-ordinary"});
+      }
+      for (const auto& method : these) {
         const auto name = fmt::format("transfer/{}/{}/{}", dir == direction::h2d ? "h2d" : "d2h", method, size_name(n));
         benchmark::RegisterBenchmark(name.c_str(), [d, n, dir, method](benchmark::State& s) {
           run_bandwidth(s, d, n, dir, method);

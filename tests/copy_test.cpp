@@ -587,6 +587,26 @@ TYPED_TEST(Copy, AnUploadMergesAdjacentChunksWhileTheLinkIsBusy) {
   }
 }
 
+// An upload larger than copy_options::ordinary_stores_above writes its
+// staging with ordinary stores, one of that size or smaller with streaming
+// stores; every byte arrives either way.
+TYPED_TEST(Copy, AnUploadAboveTheThresholdUsesOrdinaryStores) {
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = 64 * KiB;
+  o.max_chunk = 256 * KiB;
+  o.ordinary_stores_above = 1 * MiB + rng()() % (64 * KiB);
+  stream s{this->dev()};
+  for (const std::size_t n : {o.ordinary_stores_above, o.ordinary_stores_above + 1 + rng()() % (3 * MiB)}) {
+    const auto bytes = random_bytes(n);
+    test_buffer d{mem::device, this->kind, n};
+    const auto before = detail::ordinary_store_upload_count();
+    copy_async(d.data(), bytes.data(), n, s, o).wait();
+    EXPECT_EQ(detail::ordinary_store_upload_count() - before, n > o.ordinary_stores_above ? 1U : 0U) << n << " bytes";
+    EXPECT_TRUE(same_bytes(d.read(), bytes)) << n << " bytes";
+  }
+}
+
 // Once a staged copy is ready, its staging buffers are ready for the next one:
 // back-to-back copies pin nothing new.
 TYPED_TEST(Copy, AWaitedCopyLeavesItsStagingBuffersReady) {

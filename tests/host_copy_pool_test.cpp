@@ -131,13 +131,14 @@ TEST(HostCopyPool, MoreCallersThanTheSlotsOfThePool) {
 // The engine's loop without a device: a ring of two buffers, each chunk
 // finished, taken out of (or put into) its buffer by the caller, and the
 // buffer reopened for the chunk two ahead.
-TEST(HostCopyPoolJob, ToStagingThroughARingOfBuffers) {
+void expect_upload_through_a_ring(bool ordinary_stores) {
   const std::size_t bytes = 5 * MiB + 333;
   const auto chunks = random_chunks(bytes, 700 * KiB);
   const auto src = random_block(bytes);
   std::vector<std::byte> out(bytes);
   std::vector<std::vector<std::byte>> ring(2, std::vector<std::byte>(700 * KiB));
   job j{host_copy_pool::instance(), job::direction::to_staging, nullptr, src.data(), chunks, 6};
+  if (ordinary_stores) j.use_ordinary_stores();
   ASSERT_EQ(j.chunks(), chunks.size());
   for (std::size_t i = 0; i < std::min<std::size_t>(2, chunks.size()); ++i) j.open(i, ring[i].data(), nullptr);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
@@ -147,6 +148,10 @@ TEST(HostCopyPoolJob, ToStagingThroughARingOfBuffers) {
   }
   EXPECT_EQ(out, src);
 }
+
+TEST(HostCopyPoolJob, ToStagingThroughARingOfBuffers) { expect_upload_through_a_ring(false); }
+
+TEST(HostCopyPoolJob, ToStagingWithOrdinaryStoresThroughARingOfBuffers) { expect_upload_through_a_ring(true); }
 
 TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
   const std::size_t bytes = 4 * MiB + 4095;

@@ -41,4 +41,8 @@ void finish_completed(transfer& t) noexcept;
 // once (for tests).
 [[nodiscard]] std::uint64_t staged_upload_dma_count() noexcept;
 
+// Staged uploads that wrote their staging with ordinary stores
+// (copy_options::ordinary_stores_above), in this process (for tests).
+[[nodiscard]] std::uint64_t ordinary_store_upload_count() noexcept;
+
 }  // namespace syncmem::detail

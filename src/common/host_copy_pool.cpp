@@ -15,6 +15,10 @@
 #define SYNCMEM_HAS_CLDEMOTE 1
 #endif
 
+#if defined(__unix__)
+#include <unistd.h>
+#endif
+
 #include "syncmem/event.hpp"
 
 namespace syncmem::detail {
@@ -126,6 +130,21 @@ void host_copy_pool::demote(const void* p, std::size_t bytes) noexcept {
 #else
   (void)p;
   (void)bytes;
+#endif
+}
+
+std::size_t host_copy_pool::last_level_cache_bytes() noexcept {
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+  static const std::size_t bytes = [] {
+    for (const int level : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      const long n = ::sysconf(level);
+      if (n > 0) return static_cast<std::size_t>(n);
+    }
+    return std::size_t{0};
+  }();
+  return bytes;
+#else
+  return 0;
 #endif
 }
 
@@ -313,7 +332,13 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
   if (!failed_.load(std::memory_order_acquire)) {
     const std::size_t in_chunk = pc.offset - state.range.offset;
     switch (dir_) {
-      case direction::to_staging: copy_piece(state.staging + in_chunk, src_ + pc.offset, pc.bytes); break;
+      case direction::to_staging:
+        if (ordinary_stores_) {
+          std::memcpy(state.staging + in_chunk, src_ + pc.offset, pc.bytes);
+        } else {
+          copy_piece(state.staging + in_chunk, src_ + pc.offset, pc.bytes);
+        }
+        break;
       case direction::from_staging:
         copy_piece(dst_ + pc.offset, state.staging + in_chunk, pc.bytes);
         demote(state.staging + in_chunk, pc.bytes);  // before the next DMA into the buffer

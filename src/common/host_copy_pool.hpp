@@ -63,6 +63,9 @@ class host_copy_pool {
   // that eight threads had just read ran at 35 GB/s, at 53 GB/s after they
   // demoted its lines, as into a buffer no core had read.
   static void demote(const void* p, std::size_t bytes) noexcept;
+  // The size of the host's largest cache as the C library reports it (L3,
+  // else L2); 0 where it does not say.
+  [[nodiscard]] static std::size_t last_level_cache_bytes() noexcept;
 
   // Pieces smaller than this are not worth a thread of their own.
   static constexpr std::size_t min_piece = std::size_t{64} << 10;
@@ -140,6 +143,9 @@ class host_copy_pool::job {
   // number it was made with, less the caller): threads beyond it leave after
   // their piece. For pacing the host copies to the link (see copy.cpp).
   void set_helpers(int helpers) noexcept;
+  // A to_staging job copies its pieces with ordinary stores (memcpy) instead
+  // of streaming ones (copy_piece); set before the first chunk is opened.
+  void use_ordinary_stores() noexcept { ordinary_stores_ = true; }
   [[nodiscard]] int helpers() const noexcept { return helpers_allowed_.load(std::memory_order_relaxed); }
 
  private:
@@ -184,6 +190,7 @@ class host_copy_pool::job {
   std::atomic<bool> failed_{false};       // set after error_ is written
   std::exception_ptr error_;
   std::size_t opened_chunks_ = 0;
+  bool ordinary_stores_ = false;  // to_staging: memcpy, not copy_piece
   int slot_ = -1;  // in the pool, while pool threads may help
   bool stopped_ = false;
 };
