@@ -374,9 +374,9 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // Stores: an upload larger than the host's cache (copy_options::
 // ordinary_stores_above) writes its staging with ordinary stores and keeps
 // every thread: its source comes from memory, and streaming stores beside it
-// made 1 GiB uploads slower (on the H200 machine 97% of pinned with
-// ordinary stores, 85-89% with streaming stores in the same runs). Without streaming stores to memory there is nothing
-// for the pacing to spare the DMAs from.
+// made 1 GiB uploads slower (on the H200 machine 97% of pinned with ordinary
+// stores, 85-89% with streaming stores in the same runs). Without streaming
+// stores to memory there is nothing for the pacing to spare the DMAs from.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                           const copy_options& o) {
   host_copy_pool::instance().wake(threads_of(o));
