@@ -359,6 +359,37 @@ TEST(HostCopyPoolJob, FinishedSaysWhetherAChunkIsOpenAndCopied) {
   EXPECT_EQ(dst, other);
 }
 
+// Streaming stores of every width copy every byte, at any size and alignment
+// of either side, and nothing outside the destination changes. Widths the CPU
+// lacks fall back to narrower stores, so each width is asked for on every
+// machine.
+TEST(HostCopyPool, StreamingStoresOfEveryWidthCopyEveryByte) {
+  constexpr std::size_t guard = 256;
+  std::uniform_int_distribution<std::size_t> offset{0, 127};
+  std::uniform_int_distribution<std::size_t> any_size{0, 3 * MiB};
+  for (const int width : {64, 16, 0}) {
+    std::vector<std::size_t> sizes{0, 1, 15, 63, 64, 65, 255, 256, 257, 64 * KiB - 1, 64 * KiB + 1};
+    for (int i = 0; i < 8; ++i) sizes.push_back(any_size(rng()));
+    for (const std::size_t size : sizes) {
+      const std::size_t from = offset(rng());
+      const std::size_t to = offset(rng());
+      const auto src = random_block(size + 128);
+      auto dst = random_block(size + 128 + 2 * guard);
+      const auto before = dst;
+      host_copy_pool::copy_streaming(dst.data() + guard + to, src.data() + from, size, width);
+      const auto at = [&](std::size_t n) { return static_cast<std::ptrdiff_t>(n); };
+      ASSERT_TRUE(std::equal(src.begin() + at(from), src.begin() + at(from + size), dst.begin() + at(guard + to)))
+          << width << "-byte stores, " << size << " bytes from offset " << from << " to offset " << to;
+      ASSERT_TRUE(std::equal(before.begin(), before.begin() + at(guard + to), dst.begin()))
+          << width << "-byte stores wrote before the destination, " << size << " bytes";
+      ASSERT_TRUE(std::equal(before.begin() + at(guard + to + size), before.end(), dst.begin() + at(guard + to + size)))
+          << width << "-byte stores wrote past the destination, " << size << " bytes";
+    }
+  }
+  const int widest = host_copy_pool::widest_streaming_store();
+  EXPECT_TRUE(widest == 0 || widest == 16 || widest == 64) << widest;
+}
+
 // Demoting lines out of the core's caches is a hint: no byte changes, at any
 // alignment and size.
 TEST(HostCopyPool, DemoteChangesNoByte) {

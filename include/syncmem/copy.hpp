@@ -126,10 +126,11 @@ struct copy_options {
   /// half the cores, at most 8.
   int host_threads = 0;
   /// @brief Uploads from pageable memory larger than this write their staging
-  /// buffers with ordinary stores (memcpy) instead of streaming stores; 0: the
-  /// host's largest cache (L3, else L2; never where the C library does not
-  /// say). A source that large comes from memory, and there ordinary stores
-  /// were faster (docs/transfers.md, "Stores"); SIZE_MAX: never.
+  /// buffers with ordinary stores (memcpy) instead of streaming stores; 0:
+  /// half the host's largest cache (L3, else L2; never where the C library
+  /// does not say). A source that large comes from memory rather than the
+  /// cache, and there ordinary stores were faster (docs/transfers.md,
+  /// "Stores"); SIZE_MAX: never.
   std::size_t ordinary_stores_above = 0;
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.

@@ -71,40 +71,104 @@ int host_copy_pool::default_threads() noexcept {
   return static_cast<int>(std::clamp(cores / 2, 1U, 8U));
 }
 
-// A large piece copied with streaming stores: the destination is not pulled
-// into the cache first, which saves a third of the memory traffic of the copy.
-// Measured on the H100 machine: 16 threads reach 59.5 GB/s this way, 45 GB/s
-// with memcpy (bench/tuning/engine_tuning.cpp).
-void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes) noexcept {
+namespace {
 #if defined(__SSE2__)
-  constexpr std::size_t streaming_from = std::size_t{64} << 10;
-  if (bytes >= streaming_from) {
-    auto* d = static_cast<std::byte*>(dst);
-    const auto* s = static_cast<const std::byte*>(src);
-    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16;
-    std::memcpy(d, s, head);
-    d += head;
-    s += head;
-    bytes -= head;
-    auto* out = reinterpret_cast<__m128i*>(d);
-    const auto* in = reinterpret_cast<const __m128i*>(s);
-    const std::size_t blocks = bytes / 64;
-    for (std::size_t i = 0; i < blocks; ++i, out += 4, in += 4) {
-      const __m128i a = _mm_loadu_si128(in);
-      const __m128i b = _mm_loadu_si128(in + 1);
-      const __m128i c = _mm_loadu_si128(in + 2);
-      const __m128i e = _mm_loadu_si128(in + 3);
-      _mm_stream_si128(out, a);
-      _mm_stream_si128(out + 1, b);
-      _mm_stream_si128(out + 2, c);
-      _mm_stream_si128(out + 3, e);
-    }
-    std::memcpy(out, in, bytes - blocks * 64);
-    _mm_sfence();  // visible before the piece is reported done (and before any DMA reads it)
+void stream_16(std::byte* d, const std::byte* s, std::size_t bytes) noexcept {
+  const std::size_t head = std::min(bytes, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  auto* out = reinterpret_cast<__m128i*>(d);
+  const auto* in = reinterpret_cast<const __m128i*>(s);
+  const std::size_t blocks = bytes / 64;
+  for (std::size_t i = 0; i < blocks; ++i, out += 4, in += 4) {
+    const __m128i a = _mm_loadu_si128(in);
+    const __m128i b = _mm_loadu_si128(in + 1);
+    const __m128i c = _mm_loadu_si128(in + 2);
+    const __m128i e = _mm_loadu_si128(in + 3);
+    _mm_stream_si128(out, a);
+    _mm_stream_si128(out + 1, b);
+    _mm_stream_si128(out + 2, c);
+    _mm_stream_si128(out + 3, e);
+  }
+  std::memcpy(out, in, bytes - blocks * 64);
+  _mm_sfence();  // visible before the piece is reported done (and before any DMA reads it)
+}
+#endif
+
+#if defined(SYNCMEM_HAS_CLDEMOTE)
+// Whole cache lines in one store each (AVX-512).
+__attribute__((target("avx512f"))) void stream_64(std::byte* d, const std::byte* s, std::size_t bytes) noexcept {
+  const std::size_t head = std::min(bytes, (64 - reinterpret_cast<std::uintptr_t>(d) % 64) % 64);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  const std::size_t blocks = bytes / 256;
+  for (std::size_t i = 0; i < blocks; ++i, d += 256, s += 256) {
+    const __m512i a = _mm512_loadu_si512(s);
+    const __m512i b = _mm512_loadu_si512(s + 64);
+    const __m512i c = _mm512_loadu_si512(s + 128);
+    const __m512i e = _mm512_loadu_si512(s + 192);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d), a);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + 64), b);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + 128), c);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + 192), e);
+  }
+  std::memcpy(d, s, bytes - blocks * 256);
+  _mm_sfence();
+}
+
+bool has_avx512f() noexcept { return __builtin_cpu_supports("avx512f") != 0; }
+#endif
+}  // namespace
+
+int host_copy_pool::widest_streaming_store() noexcept {
+#if defined(SYNCMEM_HAS_CLDEMOTE)
+  static const int widest = has_avx512f() ? 64 : 16;
+  return widest;
+#elif defined(__SSE2__)
+  return 16;
+#else
+  return 0;
+#endif
+}
+
+void host_copy_pool::copy_streaming(void* dst, const void* src, std::size_t bytes, int store_bytes) noexcept {
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+  const int widest = widest_streaming_store();
+#if defined(SYNCMEM_HAS_CLDEMOTE)
+  if (store_bytes >= 64 && widest >= 64) {
+    stream_64(d, s, bytes);
     return;
   }
 #endif
-  std::memcpy(dst, src, bytes);
+#if defined(__SSE2__)
+  if (store_bytes >= 16 && widest >= 16) {
+    stream_16(d, s, bytes);
+    return;
+  }
+#endif
+  (void)widest;
+  std::memcpy(d, s, bytes);
+}
+
+// A large piece copied with streaming stores: the destination is not pulled
+// into the cache first, which saves a third of the memory traffic of the copy.
+// Measured on the H100 machine: 16 threads reach 59.5 GB/s this way, 45 GB/s
+// with memcpy (bench/tuning/engine_tuning.cpp). The widest stores the CPU has:
+// on a (slower) H100 machine of 2026-11-21, pipelined 256 MiB uploads through
+// eight threads went at 42.0 GB/s with 64-byte stores, 33.0 with 16-byte ones
+// (bench/results/2026-11-21-stores-h100-h200).
+void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes) noexcept {
+  constexpr std::size_t streaming_from = std::size_t{64} << 10;
+  if (bytes >= streaming_from) {
+    copy_streaming(dst, src, bytes, widest_streaming_store());
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
 }
 
 #if defined(SYNCMEM_HAS_CLDEMOTE)

@@ -54,7 +54,15 @@ class host_copy_pool {
   // have to fetch from the cores' caches: measured on the H100 machine, a
   // 4 MiB staging buffer filled by 16 threads went up in 88 us after
   // streaming stores, 198 us after ordinary ones.
+  // Pieces are written with the widest streaming stores the CPU has
+  // (widest_streaming_store).
   static void copy_piece(void* dst, const void* src, std::size_t bytes) noexcept;
+  // Copies with streaming stores of `store_bytes` bytes each (64: AVX-512,
+  // 16: SSE2), or of the widest the CPU has below that; memcpy where it has
+  // none. Any size and alignment: the ends are copied with memcpy.
+  static void copy_streaming(void* dst, const void* src, std::size_t bytes, int store_bytes) noexcept;
+  // 64 where the CPU has AVX-512, 16 where it has SSE2, else 0.
+  [[nodiscard]] static int widest_streaming_store() noexcept;
   // Moves the cache lines of a range out of this core's private caches into
   // the shared cache (CLDEMOTE, where the CPU has it; nothing elsewhere). The
   // threads of a download demote each piece of a staging buffer they have
