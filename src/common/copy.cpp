@@ -316,8 +316,8 @@ std::atomic<std::uint64_t> staged_uploads_with_ordinary_stores{0};  // see detai
 // Uploads larger than this write their staging with ordinary stores: by
 // default half the host's largest cache, which the source shares with the
 // staging ring and everything else the machine runs (256 MiB uploads, with a
-// 300 MiB L3, went faster with ordinary stores on both the H100 and the H200
-// machine: bench/results/2026-11-21-stores-h100-h200).
+// 300 MiB L3, went as fast or faster with ordinary stores on the H100 and the
+// H200 machines: bench/results/2026-11-21-stores-h100-h200).
 std::size_t ordinary_stores_above(const copy_options& o) {
   if (o.ordinary_stores_above != 0) return o.ordinary_stores_above;
   const std::size_t cache = host_copy_pool::last_level_cache_bytes();
@@ -375,7 +375,7 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // 94.5-94.8% (same lease, alternating runs). Larger buffers instead (6 of
 // 8 MiB) did as well at 64 MiB, with 1.5 times the pinned memory.
 //
-// Stores: an upload larger than the host's cache (copy_options::
+// Stores: an upload larger than half the host's cache (copy_options::
 // ordinary_stores_above) writes its staging with ordinary stores and keeps
 // every thread: its source comes from memory, and streaming stores beside it
 // made 1 GiB uploads slower (on the H200 machine 97% of pinned with ordinary
