@@ -72,13 +72,20 @@ int host_copy_pool::default_threads() noexcept {
 }
 
 namespace {
-#if defined(__SSE2__)
-void stream_16(std::byte* d, const std::byte* s, std::size_t bytes) noexcept {
-  const std::size_t head = std::min(bytes, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
+// Copies the bytes before `d`'s next `alignment`-byte boundary with memcpy and
+// steps past them.
+[[maybe_unused]] void copy_head(std::byte*& d, const std::byte*& s, std::size_t& bytes,
+                                std::size_t alignment) noexcept {
+  const std::size_t head = std::min(bytes, (alignment - reinterpret_cast<std::uintptr_t>(d) % alignment) % alignment);
   std::memcpy(d, s, head);
   d += head;
   s += head;
   bytes -= head;
+}
+
+#if defined(__SSE2__)
+void stream_16(std::byte* d, const std::byte* s, std::size_t bytes) noexcept {
+  copy_head(d, s, bytes, 16);
   auto* out = reinterpret_cast<__m128i*>(d);
   const auto* in = reinterpret_cast<const __m128i*>(s);
   const std::size_t blocks = bytes / 64;
@@ -100,11 +107,7 @@ void stream_16(std::byte* d, const std::byte* s, std::size_t bytes) noexcept {
 #if defined(SYNCMEM_HAS_CLDEMOTE)
 // Whole cache lines in one store each (AVX-512).
 __attribute__((target("avx512f"))) void stream_64(std::byte* d, const std::byte* s, std::size_t bytes) noexcept {
-  const std::size_t head = std::min(bytes, (64 - reinterpret_cast<std::uintptr_t>(d) % 64) % 64);
-  std::memcpy(d, s, head);
-  d += head;
-  s += head;
-  bytes -= head;
+  copy_head(d, s, bytes, 64);
   const std::size_t blocks = bytes / 256;
   for (std::size_t i = 0; i < blocks; ++i, d += 256, s += 256) {
     const __m512i a = _mm512_loadu_si512(s);
