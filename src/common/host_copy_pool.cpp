@@ -12,7 +12,9 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #include <immintrin.h>
-#define SYNCMEM_HAS_CLDEMOTE 1
+// x86-64 with GCC or Clang: code for CPU features checked at run time
+// (AVX-512 stores, CLDEMOTE), each in a function of its own target.
+#define SYNCMEM_X86_TARGETS 1
 #endif
 
 #if defined(__unix__)
@@ -104,7 +106,7 @@ void stream_16(std::byte* d, const std::byte* s, std::size_t bytes) noexcept {
 }
 #endif
 
-#if defined(SYNCMEM_HAS_CLDEMOTE)
+#if defined(SYNCMEM_X86_TARGETS)
 // Whole cache lines in one store each (AVX-512).
 __attribute__((target("avx512f"))) void stream_64(std::byte* d, const std::byte* s, std::size_t bytes) noexcept {
   copy_head(d, s, bytes, 64);
@@ -123,12 +125,15 @@ __attribute__((target("avx512f"))) void stream_64(std::byte* d, const std::byte*
   _mm_sfence();
 }
 
-bool has_avx512f() noexcept { return __builtin_cpu_supports("avx512f") != 0; }
+bool has_avx512f() noexcept {
+  __builtin_cpu_init();  // may run before the constructors that would initialise what it reads
+  return __builtin_cpu_supports("avx512f") != 0;
+}
 #endif
 }  // namespace
 
 int host_copy_pool::widest_streaming_store() noexcept {
-#if defined(SYNCMEM_HAS_CLDEMOTE)
+#if defined(SYNCMEM_X86_TARGETS)
   static const int widest = has_avx512f() ? 64 : 16;
   return widest;
 #elif defined(__SSE2__)
@@ -142,7 +147,7 @@ void host_copy_pool::copy_streaming(void* dst, const void* src, std::size_t byte
   auto* d = static_cast<std::byte*>(dst);
   const auto* s = static_cast<const std::byte*>(src);
   const int widest = widest_streaming_store();
-#if defined(SYNCMEM_HAS_CLDEMOTE)
+#if defined(SYNCMEM_X86_TARGETS)
   if (store_bytes >= 64 && widest >= 64) {
     stream_64(d, s, bytes);
     return;
@@ -174,7 +179,7 @@ void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes) n
   }
 }
 
-#if defined(SYNCMEM_HAS_CLDEMOTE)
+#if defined(SYNCMEM_X86_TARGETS)
 namespace {
 bool has_cldemote() noexcept {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -191,7 +196,7 @@ __attribute__((target("cldemote"))) void demote_lines(const std::byte* p, std::s
 #endif
 
 void host_copy_pool::demote(const void* p, std::size_t bytes) noexcept {
-#if defined(SYNCMEM_HAS_CLDEMOTE)
+#if defined(SYNCMEM_X86_TARGETS)
   static const bool supported = has_cldemote();
   if (supported && bytes > 0) demote_lines(static_cast<const std::byte*>(p), bytes);
 #else
