@@ -607,6 +607,36 @@ TYPED_TEST(Copy, AnUploadAboveTheThresholdUsesOrdinaryStores) {
   }
 }
 
+// A download up to copy_options::demote_downloads_up_to demotes the staging
+// lines it has read, a larger one leaves them, and 0 demotes none; every byte
+// arrives either way, into a destination whose bytes around it stay as they were.
+TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = 64 * KiB;
+  o.max_chunk = 256 * KiB;
+  o.staging_buffers = 3;
+  o.demote_downloads_up_to = 1 * MiB + rng()() % (64 * KiB);
+  stream s{this->dev()};
+  const std::size_t above = o.demote_downloads_up_to + 1 + rng()() % (3 * MiB);
+  for (const std::size_t limit : {o.demote_downloads_up_to, std::size_t{0}}) {
+    o.demote_downloads_up_to = limit;
+    for (const std::size_t n : {std::size_t{1} * MiB - rng()() % (64 * KiB), above}) {
+      const auto bytes = random_bytes(n);
+      test_buffer d{mem::device, this->kind, n};
+      d.write(bytes);
+      const auto guard = random_bytes(n + 2 * 4096);
+      auto out = guard;
+      const auto before = detail::demoting_download_count();
+      copy_async(out.data() + 4096, d.data(), n, s, o).wait();
+      EXPECT_EQ(detail::demoting_download_count() - before, n <= limit ? 1U : 0U) << n << " bytes, limit " << limit;
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), out.begin() + 4096)) << n << " bytes";
+      EXPECT_TRUE(std::equal(guard.begin(), guard.begin() + 4096, out.begin())) << n << " bytes";
+      EXPECT_TRUE(std::equal(guard.end() - 4096, guard.end(), out.end() - 4096)) << n << " bytes";
+    }
+  }
+}
+
 // Once a staged copy is ready, its staging buffers are ready for the next one:
 // back-to-back copies pin nothing new.
 TYPED_TEST(Copy, AWaitedCopyLeavesItsStagingBuffersReady) {

@@ -132,6 +132,13 @@ struct copy_options {
   /// cache, and there ordinary stores were faster (docs/transfers.md,
   /// "Stores"); SIZE_MAX: never.
   std::size_t ordinary_stores_above = 0;
+  /// @brief Downloads to pageable memory up to this size demote the staging
+  /// lines their threads have read (CLDEMOTE, where the CPU has it) and copy
+  /// out with half as many threads again (when host_threads is 0): the next
+  /// copy's DMAs into those buffers then run at full speed. Larger downloads
+  /// leave the lines, where demoting them cost the copy-out more than it
+  /// saved (docs/transfers.md, "Demoting"); 0: never demote.
+  std::size_t demote_downloads_up_to = std::size_t{16} << 20;
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.
   bool peer_access = true;

@@ -312,6 +312,7 @@ class event_slots {
 
 std::atomic<std::uint64_t> staged_upload_dmas{0};  // see detail::staged_upload_dma_count
 std::atomic<std::uint64_t> staged_uploads_with_ordinary_stores{0};  // see detail::ordinary_store_upload_count
+std::atomic<std::uint64_t> staged_downloads_demoting{0};            // see detail::demoting_download_count
 
 // Uploads larger than this write their staging with ordinary stores: by
 // default half the host's largest cache, which the source shares with the
@@ -447,6 +448,22 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
 // whole copy. The first DMAs go out before the pool is woken and the job is
 // built (about 4 us on the H200 machine, now spent while the first DMA runs:
 // 1 MiB downloads went from 47-48% to 50-53% of pinned in one lease).
+//
+// Demoting (copy_options::demote_downloads_up_to): a DMA into a buffer whose
+// lines sit in cores' private caches runs far slower, which a short download
+// meets at its start when it reuses the buffers of the last one; demoting the
+// lines costs the copy-out threads time, which a long download, limited by
+// its copy-out, cannot spare. In alternating runs on an H100 and an H200
+// machine (bench/results/2026-11-21-downloads-demote), leaving the lines took
+// downloads of 64 MiB and more from 60-90% of pinned to 88-97% (medians),
+// while 1-4 MiB ones did worse without demoting (4 MiB: 37-44% against
+// 53-57%). Demoting downloads copy out with 12 threads rather than 8 (on
+// those 16-core machines): 16 MiB ones went from 63-71% to 74-79%.
+int download_threads(const copy_options& o, bool demoting) {
+  if (o.host_threads > 0 || !demoting) return threads_of(o);
+  return host_copy_pool::default_threads() * 3 / 2;  // at most three quarters of the cores
+}
+
 transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                         const copy_options& o) {
   std::size_t largest = 0;
@@ -460,10 +477,17 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
     landed.record(k, s);
   };
   for (std::size_t i = 0; i < count; ++i) enqueue(i);
-  host_copy_pool::instance().wake(threads_of(o));
+  const bool demoting = bytes <= o.demote_downloads_up_to;
+  const int threads = download_threads(o, demoting);
+  host_copy_pool::instance().wake(threads);
   {
     host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, dst, nullptr,
-                            chunks, threads_of(o)};
+                            chunks, threads};
+    if (demoting) {
+      staged_downloads_demoting.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      job.keep_staging_lines();
+    }
     for (std::size_t i = 0; i < count; ++i) job.open(i, ring[i], &landed[i]);
     for (std::size_t i = 0; i < chunks.size(); ++i) {
       job.finish(i);  // its threads waited for the chunk's DMA
@@ -586,6 +610,9 @@ std::vector<host_copy_pool::job::chunk> detail::plan_chunks(std::size_t bytes, c
 std::uint64_t detail::staged_upload_dma_count() noexcept { return staged_upload_dmas.load(std::memory_order_relaxed); }
 std::uint64_t detail::ordinary_store_upload_count() noexcept {
   return staged_uploads_with_ordinary_stores.load(std::memory_order_relaxed);
+}
+std::uint64_t detail::demoting_download_count() noexcept {
+  return staged_downloads_demoting.load(std::memory_order_relaxed);
 }
 
 // ---- public ------------------------------------------------------------------------------

@@ -45,4 +45,8 @@ void finish_completed(transfer& t) noexcept;
 // (copy_options::ordinary_stores_above), in this process (for tests).
 [[nodiscard]] std::uint64_t ordinary_store_upload_count() noexcept;
 
+// Staged downloads that demoted their staging lines
+// (copy_options::demote_downloads_up_to), in this process (for tests).
+[[nodiscard]] std::uint64_t demoting_download_count() noexcept;
+
 }  // namespace syncmem::detail

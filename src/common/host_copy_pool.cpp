@@ -413,7 +413,7 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
         break;
       case direction::from_staging:
         copy_piece(dst_ + pc.offset, state.staging + in_chunk, pc.bytes);
-        demote(state.staging + in_chunk, pc.bytes);  // before the next DMA into the buffer
+        if (demote_staging_) demote(state.staging + in_chunk, pc.bytes);  // before the next DMA into the buffer
         break;
       case direction::host_to_host: copy_piece(dst_ + pc.offset, src_ + pc.offset, pc.bytes); break;
     }

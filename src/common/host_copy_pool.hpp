@@ -125,7 +125,8 @@ class host_copy_pool::job {
   // `dst` and `src` are the whole copy's ranges: for to_staging `src` is the
   // user's memory (dst unused), for from_staging `dst` is (src unused), for
   // host_to_host both. Up to `threads` threads copy, the caller included.
-  // from_staging demotes the staging lines it has read (see demote).
+  // from_staging demotes the staging lines it has read (see demote), unless
+  // told to keep them (keep_staging_lines).
   job(host_copy_pool& pool, direction dir, std::byte* dst, const std::byte* src, const std::vector<chunk>& chunks,
       int threads);
   ~job();
@@ -154,6 +155,9 @@ class host_copy_pool::job {
   // A to_staging job copies its pieces with ordinary stores (memcpy) instead
   // of streaming ones (copy_piece); set before the first chunk is opened.
   void use_ordinary_stores() noexcept { ordinary_stores_ = true; }
+  // A from_staging job leaves the staging lines it has read in the cores'
+  // caches instead of demoting them; set before the first chunk is opened.
+  void keep_staging_lines() noexcept { demote_staging_ = false; }
   [[nodiscard]] int helpers() const noexcept { return helpers_allowed_.load(std::memory_order_relaxed); }
 
  private:
@@ -198,6 +202,7 @@ class host_copy_pool::job {
   std::atomic<bool> failed_{false};       // set after error_ is written
   std::exception_ptr error_;
   std::size_t opened_chunks_ = 0;
+  bool demote_staging_ = true;    // from_staging: demote what it has read
   bool ordinary_stores_ = false;  // to_staging: memcpy, not copy_piece
   int slot_ = -1;  // in the pool, while pool threads may help
   bool stopped_ = false;
