@@ -123,7 +123,8 @@ struct copy_options {
   /// the host threads run ahead of the DMAs).
   int staging_buffers = 8;
   /// @brief Threads that copy on the host, the calling thread included; 0:
-  /// half the cores, at most 8.
+  /// half the cores, at most 8 (downloads that demote: half as many again,
+  /// see demote_downloads_up_to).
   int host_threads = 0;
   /// @brief Uploads from pageable memory larger than this write their staging
   /// buffers with ordinary stores (memcpy) instead of streaming stores; 0:
