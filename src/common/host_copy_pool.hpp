@@ -67,8 +67,9 @@ class host_copy_pool {
   // the shared cache (CLDEMOTE, where the CPU has it; nothing elsewhere). The
   // threads of a short download (copy_options::demote_downloads_up_to)
   // demote each piece of a staging buffer they have read: a DMA writing a
-  // buffer whose lines sit in cores' private caches runs far slower. Measured on the H200 machine: a 4 MiB DMA into a pinned buffer
-  // that eight threads had just read ran at 35 GB/s, at 53 GB/s after they
+  // buffer whose lines sit in cores' private caches runs far slower.
+  // Measured on the H200 machine: a 4 MiB DMA into a pinned buffer that
+  // eight threads had just read ran at 35 GB/s, at 53 GB/s after they
   // demoted its lines, as into a buffer no core had read.
   static void demote(const void* p, std::size_t bytes) noexcept;
   // The size of the host's largest cache as the C library reports it (L3,
