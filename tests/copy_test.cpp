@@ -637,6 +637,47 @@ TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
   }
 }
 
+// A download larger than copy_options::demote_downloads_up_to takes a staging
+// block of two rings and uses them in turn: of four such downloads in a row,
+// two use the second ring; one at or below the threshold takes one ring and
+// none of them uses a second. Each takes its block from the resource in
+// copy_options::staging, here one of the test's own, whose peak shows the
+// block's size; every byte arrives, and the bytes around the destination stay.
+TYPED_TEST(Copy, LargeDownloadsTakeTheirTwoRingsInTurn) {
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = 64 * KiB;
+  o.max_chunk = 256 * KiB;
+  o.staging_buffers = 2 + static_cast<int>(rng()() % 4);
+  o.demote_downloads_up_to = 1 * MiB + rng()() % (64 * KiB);
+  const std::size_t ring = static_cast<std::size_t>(o.staging_buffers) * o.max_chunk;
+  stream s{this->dev()};
+  for (const bool large : {false, true}) {
+    mr::caching_pinned_resource staging{this->kind};
+    o.staging = &staging;
+    const std::size_t n = large ? o.demote_downloads_up_to + 1 + rng()() % (2 * MiB)
+                                : o.demote_downloads_up_to - rng()() % (64 * KiB);
+    const auto before = detail::second_ring_download_count();
+    for (int i = 0; i < 4; ++i) {
+      const auto bytes = random_bytes(n);
+      test_buffer d{mem::device, this->kind, n};
+      d.write(bytes);
+      const auto guard = random_bytes(n + 2 * 4096);
+      auto out = guard;
+      copy_async(out.data() + 4096, d.data(), n, s, o).wait();
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), out.begin() + 4096)) << n << " bytes, copy " << i;
+      EXPECT_TRUE(std::equal(guard.begin(), guard.begin() + 4096, out.begin())) << n << " bytes, copy " << i;
+      EXPECT_TRUE(std::equal(guard.end() - 4096, guard.end(), out.end() - 4096)) << n << " bytes, copy " << i;
+    }
+    EXPECT_EQ(detail::second_ring_download_count() - before, large ? 2U : 0U) << n << " bytes";
+    // One block, reused: a ring or two, each within the resource's size-class waste (1/8).
+    const std::size_t block = (large ? 2 : 1) * ring;
+    EXPECT_GE(staging.statistics().peak_bytes_pinned, block) << n << " bytes";
+    EXPECT_LE(staging.statistics().peak_bytes_pinned, block + block / 8) << n << " bytes";
+    EXPECT_EQ(staging.statistics().bytes_in_use, 0U) << n << " bytes";
+  }
+}
+
 // Once a staged copy is ready, its staging buffers are ready for the next one:
 // back-to-back copies pin nothing new.
 TYPED_TEST(Copy, AWaitedCopyLeavesItsStagingBuffersReady) {

@@ -120,7 +120,9 @@ struct copy_options {
   std::size_t max_chunk = std::size_t{4} << 20;
   /// @brief Pinned buffers a staged copy cycles through (2 or more lets the
   /// host copy of one chunk overlap the DMA of the previous ones; more let
-  /// the host threads run ahead of the DMAs).
+  /// the host threads run ahead of the DMAs). Downloads larger than
+  /// demote_downloads_up_to take a block of twice as many and use its two
+  /// halves in turn, one download after the other.
   int staging_buffers = 8;
   /// @brief Threads that copy on the host, the calling thread included; 0:
   /// half the cores, at most 8 (downloads that demote: half as many again,
@@ -138,7 +140,8 @@ struct copy_options {
   /// out with half as many threads again (when host_threads is 0): the next
   /// copy's DMAs into those buffers then run at full speed. Larger downloads
   /// leave the lines, where demoting them cost the copy-out more than it
-  /// saved (docs/transfers.md, "Demoting"); 0: never demote.
+  /// saved, and alternate between two rings of buffers instead (see
+  /// staging_buffers; docs/transfers.md, "Demoting"); 0: never demote.
   std::size_t demote_downloads_up_to = std::size_t{16} << 20;
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.

@@ -49,4 +49,9 @@ void finish_completed(transfer& t) noexcept;
 // (copy_options::demote_downloads_up_to), in this process (for tests).
 [[nodiscard]] std::uint64_t demoting_download_count() noexcept;
 
+// Staged downloads that used the second of their block's two rings (larger
+// than copy_options::demote_downloads_up_to: they alternate), in this process
+// (for tests).
+[[nodiscard]] std::uint64_t second_ring_download_count() noexcept;
+
 }  // namespace syncmem::detail
