@@ -466,11 +466,12 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
 // ring and uses its halves in turn, one download after the other, so that its
 // first DMAs land in buffers the cores read a whole download ago (long
 // evicted from their private caches), not in those the last download read
-// at its end. On an H200 machine, in alternating runs (bench/results/
-// 2026-11-21-download-rings), 64 MiB downloads went from 86.4-87.7% of pinned
-// to 90.4-92.8%, 256 MiB ones from 94.0-94.9% to 95.7-96.2%; starting each
-// download after the buffer where the last one ended, in one ring, gained
-// about a point.
+// at its end. In alternating runs (bench/results/2026-11-21-download-rings)
+// on an H200 machine, with two blocks in turn, 64 MiB downloads went from
+// 86.4-87.7% of pinned to 90.4-92.8%, 256 MiB ones from 94.0-94.9% to
+// 95.7-96.2%; on an H100 machine, with this code, the medians went from 86.7%
+// to 90.7% and from 94.4% to 96.2%. Starting each download after the buffer
+// where the last one ended, in one ring, gained about a point.
 int download_threads(const copy_options& o, bool demoting) {
   if (o.host_threads > 0 || !demoting) return threads_of(o);
   return host_copy_pool::default_threads() * 3 / 2;  // at most three quarters of the cores
