@@ -5,12 +5,17 @@
 // time, with every byte checked against what each thread knows it wrote.
 //
 // SYNCMEM_STRESS_SECONDS sets the time per device kind (default 3: CI; the GPU
-// check runs longer).
+// check runs longer). A watchdog gives the workers SYNCMEM_STRESS_WATCHDOG_SECONDS
+// (default 120) past that to finish; if one has not, it prints what each worker
+// was doing and aborts, so that a hang says where it is (one run under
+// compute-sanitizer racecheck on an H100 machine hung without a word).
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -37,6 +42,19 @@ double stress_seconds() {
   return 3.0;
 }
 
+double watchdog_seconds() {
+  if (const char* text = std::getenv("SYNCMEM_STRESS_WATCHDOG_SECONDS")) return std::max(1.0, std::atof(text));
+  return 120.0;
+}
+
+// What a worker is doing, for the watchdog.
+struct progress {
+  std::atomic<const char*> step{"starting"};
+  std::atomic<std::size_t> bytes{0};
+  std::atomic<std::uint64_t> steps{0};
+  std::atomic<bool> finished{false};
+};
+
 struct tally {
   std::atomic<std::uint64_t> allocations{0};
   std::atomic<std::uint64_t> copies{0};
@@ -46,13 +64,14 @@ struct tally {
 
 class worker {
  public:
-  worker(device_id device, std::uint64_t seed, tally& counts)
-      : device_{device}, random_{seed}, counts_{counts}, pinned_{staging_resource(device.kind())} {
+  worker(device_id device, std::uint64_t seed, tally& counts, progress& now)
+      : device_{device}, random_{seed}, counts_{counts}, now_{now}, pinned_{staging_resource(device.kind())} {
     for (int i = 0; i < 3; ++i) streams_.emplace_back(device);
   }
 
   void run(std::chrono::steady_clock::time_point deadline) {
     while (std::chrono::steady_clock::now() < deadline) {
+      now_.steps.fetch_add(1, std::memory_order_relaxed);
       switch (random_() % 4) {
         case 0: allocation_step(); break;
         case 1: copy_step(); break;
@@ -60,6 +79,7 @@ class worker {
       }
     }
     // Everything still held is checked once more and given back.
+    at("final checks", 0);
     for (auto& b : blocks_) check_block(b);
     for (auto& b : blocks_) mr::get_per_device_resource(device_).deallocate(b.p, b.bytes, b.stream);
     blocks_.clear();
@@ -80,6 +100,10 @@ class worker {
   };
 
   stream_view pick_stream() { return streams_[random_() % streams_.size()].view(); }
+  void at(const char* step, std::size_t bytes) {
+    now_.bytes.store(bytes, std::memory_order_relaxed);
+    now_.step.store(step, std::memory_order_relaxed);
+  }
   std::size_t pick_size() { return 1 + random_() % (random_() % 8 == 0 ? (1 << 20) : 8192); }
 
   void fail(const std::string& what) { throw std::runtime_error{what + " on " + to_string(device_)}; }
@@ -99,12 +123,14 @@ class worker {
     auto& resource = mr::get_per_device_resource(device_);
     if (blocks_.size() < 12 && random_() % 3 != 0) {
       block b{nullptr, pick_size(), random_(), pick_stream()};
+      at("allocate and fill a device block", b.bytes);
       b.p = resource.allocate(b.bytes, b.stream);
       test::device_fill_pattern(b.stream, b.p, b.bytes, b.seed);
       blocks_.push_back(b);
       ++counts_.allocations;
     } else if (!blocks_.empty()) {
       const auto i = random_() % blocks_.size();
+      at("check and free a device block", blocks_[i].bytes);
       check_block(blocks_[i]);
       resource.deallocate(blocks_[i].p, blocks_[i].bytes, blocks_[i].stream);
       blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -122,10 +148,14 @@ class worker {
     void* device = mr::get_per_device_resource(device_).allocate(bytes + offset, s);
     std::vector<std::uint8_t> back(bytes + offset, 0);
     // pageable -> device -> pinned -> device (another offset) -> pageable
+    at("copy pageable to device", bytes);
     copy(static_cast<char*>(device) + offset, source.data() + offset, bytes, s);
+    at("copy device to pinned", bytes);
     auto t = copy_async(static_cast<char*>(pinned) + offset, static_cast<char*>(device) + offset, bytes, s);
     t.wait();
+    at("copy pinned to device", bytes);
     copy(device, static_cast<char*>(pinned) + offset, bytes, s);
+    at("copy device to pageable", bytes);
     copy(back.data(), device, bytes, s);
     if (std::memcmp(back.data(), source.data() + offset, bytes) != 0) fail("a copy chain lost bytes");
     mr::get_per_device_resource(device_).deallocate(device, bytes + offset, s);
@@ -154,7 +184,13 @@ class worker {
     }
     auto& s = buffers_[random_() % buffers_.size()];
     const auto n = s.model.size();
-    switch (random_() % 6) {
+    const auto op = random_() % 6;
+    static constexpr const char* steps[] = {"synced_memory: write host bytes", "synced_memory: add on the device",
+                                            "synced_memory: prefetch to the device",
+                                            "synced_memory: prefetch to the host", "synced_memory: resize",
+                                            "synced_memory: check"};
+    at(steps[op], n);
+    switch (op) {
       case 0: {  // write some host bytes
         auto* p = static_cast<std::uint8_t*>(s.memory->mutable_host_data());
         const auto from = random_() % n;
@@ -185,6 +221,7 @@ class worker {
   device_id device_;
   std::mt19937_64 random_;
   tally& counts_;
+  progress& now_;
   mr::caching_pinned_resource& pinned_;  // the engine's staging cache: shared by every thread
   std::vector<stream> streams_;
   std::vector<block> blocks_;
@@ -205,17 +242,42 @@ TYPED_TEST(Stress, ThreadsAndStreamsLoseNoByte) {
   std::mutex failures_mutex;
   std::vector<std::string> failures;
   std::vector<std::thread> pool;
+  std::vector<progress> states(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     const auto device = this->dev(t % this->count());
     const auto seed = test::fresh_seed();
-    pool.emplace_back([&, device, seed] {
+    progress* now = &states[static_cast<std::size_t>(t)];
+    pool.emplace_back([&, device, seed, now] {
       try {
-        worker{device, seed, counts}.run(deadline);
+        worker{device, seed, counts, *now}.run(deadline);
       } catch (const std::exception& e) {
         std::lock_guard lock{failures_mutex};
         failures.push_back(std::string{e.what()} + " (worker seed " + std::to_string(seed) + ")");
       }
+      now->finished.store(true);
     });
+  }
+  // The watchdog: a worker that has not finished long after the deadline is
+  // stuck; say where every worker is, then abort (a stuck thread cannot be joined).
+  const auto give_up = deadline + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(watchdog_seconds()));
+  const auto all_finished = [&] {
+    return std::all_of(states.begin(), states.end(), [](const progress& p) { return p.finished.load(); });
+  };
+  while (!all_finished()) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      std::fprintf(stderr, "stress: workers still running %.0f s after the deadline:\n", watchdog_seconds());
+      for (std::size_t t = 0; t < states.size(); ++t) {
+        const auto& p = states[t];
+        std::fprintf(stderr, "  worker %zu on %s: %s, in '%s' (%zu bytes) after %llu steps\n", t,
+                     to_string(this->dev(static_cast<int>(t) % this->count())).c_str(),
+                     p.finished.load() ? "finished" : "running", p.step.load(), p.bytes.load(),
+                     static_cast<unsigned long long>(p.steps.load()));
+      }
+      std::fflush(stderr);
+      std::abort();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
   }
   for (auto& t : pool) t.join();
   EXPECT_TRUE(failures.empty()) << failures.front();
