@@ -5,7 +5,8 @@
 // beside the engine's own copy_async of the same bytes, twice in a row (the
 // second finds the staging as the first left it). It prints, per chunk,
 // when its host copy ended and when its DMA ran, and how long the link stood
-// idle between DMAs. Host times count from just before the first event is
+// idle between DMAs; for downloads also when the caller, polling the chunk's
+// event before it helps copy the chunk out, saw its DMA complete. Host times count from just before the first event is
 // recorded on an idle stream, so they run a few microseconds ahead of the
 // event times. On emulated devices the figures are the host's.
 //
@@ -59,6 +60,7 @@ struct round_record {
   double engine = 0;  // us, copy_async of the same bytes
   double again = 0;   // us, the same copy_async right after it
   std::vector<double> host_done;
+  std::vector<double> landed;  // downloads: when the caller saw the chunk's DMA complete
   std::vector<double> dma_start;
   std::vector<double> dma_end;
 };
@@ -74,12 +76,11 @@ int main(int argc, char** argv) {
   stream own{device};
   const stream_view s = own;
   const copy_options options = get_copy_options();
-  // As the engine: downloads up to demote_downloads_up_to demote the staging
-  // lines they read, with half as many threads again when none are set.
-  const bool demoting = !up && bytes <= options.demote_downloads_up_to;
-  const int threads = options.host_threads > 0 ? options.host_threads
-                      : demoting              ? host_copy_pool::default_threads() * 3 / 2
-                                              : host_copy_pool::default_threads();
+  // As the engine: short downloads demote the staging lines they read, with
+  // more threads (copy_internal.hpp).
+  const bool demoting = !up && detail::demotes_download(bytes, options);
+  const int threads = up ? (options.host_threads > 0 ? options.host_threads : host_copy_pool::default_threads())
+                         : detail::download_threads(bytes, options);
 
   std::vector<std::byte> pageable(bytes, std::byte{1});
   auto& device_memory = mr::get_per_device_resource(device);
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < warm + rounds; ++round) {
     round_record r;
     r.host_done.resize(chunks.size());
+    r.landed.resize(chunks.size());
     s.synchronize();
     std::this_thread::sleep_for(pause);
     const auto t0 = clock_type::now();
@@ -137,6 +139,11 @@ int main(int argc, char** argv) {
         }
       }
       for (std::size_t i = 0; i < chunks.size(); ++i) {
+        if (!up) {  // the caller polls the chunk's event (the pool threads may be copying it already)
+          while (!ring_event(i).ready()) {
+          }
+          r.landed[i] = microseconds_since(t0);
+        }
         job.finish(i);
         r.host_done[i] = microseconds_since(t0);
         if (up) timed_dma(i);
@@ -184,9 +191,11 @@ int main(int argc, char** argv) {
       busy += end - start;
       idle += start - previous_end;
       if (chunks.size() <= 12 || i < 6 || i + 3 >= chunks.size() || i % 4 == 0) {
-        std::printf("  chunk %3zu %6zu KiB: host copy done %8.1f us; DMA %8.1f .. %8.1f us, %5.1f GB/s, idle before "
+        char landed[48] = "";
+        if (!up) std::snprintf(landed, sizeof landed, "landed seen %8.1f us, ", r.landed[i]);
+        std::printf("  chunk %3zu %6zu KiB: %shost copy done %8.1f us; DMA %8.1f .. %8.1f us, %5.1f GB/s, idle before "
                     "%6.1f us\n",
-                    i, chunks[i].bytes >> 10, r.host_done[i], start, end,
+                    i, chunks[i].bytes >> 10, landed, r.host_done[i], start, end,
                     static_cast<double>(chunks[i].bytes) / (end - start) / 1e3, start - previous_end);
       }
       previous_end = end;

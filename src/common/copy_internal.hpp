@@ -37,6 +37,12 @@ void finish_completed(transfer& t) noexcept;
 // timeline tool (bench/tuning/transfer_timeline.cpp).
 [[nodiscard]] std::vector<host_copy_pool::job::chunk> plan_chunks(std::size_t bytes, const copy_options& options, std::size_t& largest);
 
+// Whether a staged download of `bytes` bytes demotes the staging lines it
+// reads (copy_options::demote_downloads_up_to), and how many threads, the
+// caller included, copy it out. Shared with the timeline tool.
+[[nodiscard]] bool demotes_download(std::size_t bytes, const copy_options& options) noexcept;
+[[nodiscard]] int download_threads(std::size_t bytes, const copy_options& options) noexcept;
+
 // DMAs that staged uploads have enqueued in this process, merged ones counted
 // once (for tests).
 [[nodiscard]] std::uint64_t staged_upload_dma_count() noexcept;
