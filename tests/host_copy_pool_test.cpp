@@ -172,6 +172,56 @@ TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
   EXPECT_EQ(dst, src);
 }
 
+// A from_staging job's threads demote every staging byte they have read
+// exactly once, after the job has ended at the latest (they do it when they
+// would otherwise wait); one told to keep its lines demotes none. Every byte
+// arrives either way.
+TEST(HostCopyPoolJob, FromStagingDemotesWhatItReadOnceUnlessToldToKeepTheLines) {
+  // Quiet: whatever earlier tests left for the pool threads to demote is done.
+  const auto settled = [] {
+    std::uint64_t last = host_copy_pool::demoted_bytes();
+    for (int calm = 0; calm < 5;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds{10});
+      const std::uint64_t now = host_copy_pool::demoted_bytes();
+      calm = now == last ? calm + 1 : 0;
+      last = now;
+    }
+    return last;
+  };
+  const std::uint64_t before = settled();
+  std::uniform_int_distribution<std::size_t> extra{0, MiB};
+  std::uniform_int_distribution<int> threads{2, 12};
+  std::uint64_t demoting_bytes = 0;
+  for (const bool keep : {true, false, true, false}) {
+    const std::size_t bytes = 2 * MiB + extra(rng());
+    const auto chunks = random_chunks(bytes, 700 * KiB);
+    const auto src = random_block(bytes);
+    std::vector<std::byte> dst(bytes);
+    std::vector<std::vector<std::byte>> ring(3, std::vector<std::byte>(700 * KiB));
+    {
+      job j{host_copy_pool::instance(), job::direction::from_staging, dst.data(), nullptr, chunks, threads(rng())};
+      if (keep) j.keep_staging_lines();
+      auto fill = [&](std::size_t i) {
+        std::memcpy(ring[i % 3].data(), src.data() + chunks[i].offset, chunks[i].bytes);
+        j.open(i, ring[i % 3].data(), nullptr);
+      };
+      for (std::size_t i = 0; i < std::min<std::size_t>(3, chunks.size()); ++i) fill(i);
+      for (std::size_t i = 0; i < chunks.size(); ++i) {
+        j.finish(i);
+        if (i + 3 < chunks.size()) fill(i + 3);
+      }
+    }
+    ASSERT_EQ(dst, src) << (keep ? "keeping" : "demoting") << " the lines, " << bytes << " bytes";
+    if (!keep) demoting_bytes += bytes;
+  }
+  // The pool threads demote what they read once they find no work.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (host_copy_pool::demoted_bytes() - before < demoting_bytes && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  EXPECT_EQ(settled() - before, demoting_bytes);
+}
+
 // A gate holds the threads back, as the engine uses it: on a device's stream
 // a sleep, then a DMA into the pinned staging buffer, then the gate's record.
 template <class Kind>

@@ -460,7 +460,11 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
 // downloads of 64 MiB and more from 60-90% of pinned to 88-97% (medians),
 // while 1-4 MiB ones did worse without demoting (4 MiB: 37-44% against
 // 53-57%). Demoting downloads copy out with 12 threads rather than 8 (on
-// those 16-core machines): 16 MiB ones went from 63-71% to 74-79%.
+// those 16-core machines): 16 MiB ones went from 63-71% to 74-79%. The
+// threads demote once they have reported their pieces done (host_copy_pool.hpp,
+// "Demoting later"): in alternating runs (bench/results/2026-11-22-demote-later)
+// 1 MiB downloads went from 46.0% of pinned to 56.4% (medians) on an H200
+// machine, from 42.5% to 48.9% on a noisy H100 machine.
 //
 // Two rings: a download that leaves its lines takes a block of twice the
 // ring and uses its halves in turn, one download after the other, so that its

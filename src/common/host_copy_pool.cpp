@@ -1,6 +1,7 @@
 #include "host_copy_pool.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -45,10 +46,58 @@ void relax() noexcept {
 #endif
 }
 
+std::atomic<std::uint64_t> demoted{0};  // see host_copy_pool::demoted_bytes
+
+// Staging ranges this thread has read for a from_staging job and will demote
+// when it would otherwise wait (see "Demoting later" in the header), oldest
+// first, a page at a time, stopping as soon as the wait is over.
+struct pending_demotes {
+  static constexpr int capacity = 64;
+  static constexpr std::size_t step = 4096;
+  struct range {
+    const std::byte* begin;
+    std::size_t bytes;
+  };
+  std::array<range, capacity> ranges{};
+  int head = 0;  // the oldest range not yet demoted
+  int count = 0;
+
+  [[nodiscard]] bool empty() const noexcept { return head == count; }
+  // Demotes until `stop()` (checked after each page) or until nothing is left.
+  template <class Stop>
+  void flush(Stop stop) noexcept {
+    while (head < count) {
+      range& r = ranges[head];
+      const std::size_t n = std::min(r.bytes, step);
+      host_copy_pool::demote(r.begin, n);
+      demoted.fetch_add(n, std::memory_order_relaxed);
+      r.begin += n;
+      r.bytes -= n;
+      if (r.bytes == 0) ++head;
+      if (stop()) break;
+    }
+    if (head == count) head = count = 0;
+  }
+  void flush_all() noexcept {
+    flush([] { return false; });
+  }
+  void add(const std::byte* begin, std::size_t bytes) noexcept {
+    if (count == capacity) {
+      if (head == 0) flush_all();
+      std::copy(ranges.begin() + head, ranges.begin() + count, ranges.begin());
+      count -= head;
+      head = 0;
+    }
+    ranges[count++] = {begin, bytes};
+  }
+};
+thread_local pending_demotes pending;
+
 // Waits for `done()` without sleeping: pauses first (the wait is usually
-// short), then yields the core.
+// short), then yields the core. Demotes what the thread has read first.
 template <class Done>
 void spin_until(Done done) noexcept {
+  if (!pending.empty()) pending.flush(done);
   for (unsigned round = 0; !done(); ++round) {
     if (round < 4096) {
       relax();
@@ -205,6 +254,8 @@ void host_copy_pool::demote(const void* p, std::size_t bytes) noexcept {
 #endif
 }
 
+std::uint64_t host_copy_pool::demoted_bytes() noexcept { return demoted.load(std::memory_order_relaxed); }
+
 std::size_t host_copy_pool::last_level_cache_bytes() noexcept {
 #if defined(_SC_LEVEL3_CACHE_SIZE)
   static const std::size_t bytes = [] {
@@ -302,6 +353,8 @@ void host_copy_pool::work() {
     bool ran = false;
     for (slot& s : slots_) ran = help(s) || ran;
     if (ran) continue;
+    // No work: demote what the jobs left (see "Demoting later"), until there is some.
+    if (!pending.empty()) pending.flush([&] { return epoch_.load(std::memory_order_relaxed) != seen; });
     const auto spin_until = std::chrono::steady_clock::now() + worker_spin;
     for (unsigned round = 1; epoch_.load() == seen; ++round) {
       relax();
@@ -413,7 +466,8 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
         break;
       case direction::from_staging:
         copy_piece(dst_ + pc.offset, state.staging + in_chunk, pc.bytes);
-        if (demote_staging_) demote(state.staging + in_chunk, pc.bytes);  // before the next DMA into the buffer
+        // Demoted before the next DMA into the buffer, once the piece is reported done.
+        if (demote_staging_) pending.add(state.staging + in_chunk, pc.bytes);
         break;
       case direction::host_to_host: copy_piece(dst_ + pc.offset, src_ + pc.offset, pc.bytes); break;
     }
@@ -430,6 +484,11 @@ void host_copy_pool::job::finish(std::size_t c) {
   chunk_state& state = chunks_[c];
   std::size_t p = 0;
   while (claim(p, std::min(state.end_piece, opened_.load(std::memory_order_acquire)))) run(p);
+  if (!pending.empty()) {  // while the pool threads copy the rest of the chunk
+    pending.flush([&] {
+      return state.remaining.load(std::memory_order_acquire) == 0 || failed_.load(std::memory_order_relaxed);
+    });
+  }
   const auto spin_until = std::chrono::steady_clock::now() + caller_spin;
   for (unsigned round = 0;; ++round) {
     if (failed_.load(std::memory_order_acquire)) {
@@ -460,6 +519,7 @@ void host_copy_pool::job::set_helpers(int helpers) noexcept {
 void host_copy_pool::job::stop() noexcept {
   if (stopped_) return;
   stopped_ = true;
+  pending.flush_all();  // what the caller read (the pool threads demote theirs when they next wait)
   const std::size_t claimed = next_.exchange(pieces_.size() + 1);  // nothing more can be claimed
   if (slot_ >= 0) pool_.withdraw(slot_);  // no pool thread touches the job any more
   slot_ = -1;
