@@ -153,13 +153,11 @@ TEST(HostCopyPoolJob, ToStagingThroughARingOfBuffers) { expect_upload_through_a_
 
 TEST(HostCopyPoolJob, ToStagingWithOrdinaryStoresThroughARingOfBuffers) { expect_upload_through_a_ring(true); }
 
-TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
-  const std::size_t bytes = 4 * MiB + 4095;
-  const auto chunks = random_chunks(bytes, 900 * KiB);
-  const auto src = random_block(bytes);
-  std::vector<std::byte> dst(bytes);
-  std::vector<std::vector<std::byte>> ring(3, std::vector<std::byte>(900 * KiB));
-  job j{host_copy_pool::instance(), job::direction::from_staging, dst.data(), nullptr, chunks, 8};
+// Runs `j` (from_staging, over `chunks`) as the engine runs a download
+// through `ring` (three buffers, which outlive the job as the engine's do),
+// filling each buffer from `src` before its chunk is opened.
+void download_through_a_ring(job& j, const std::vector<job::chunk>& chunks, const std::vector<std::byte>& src,
+                             std::vector<std::vector<std::byte>>& ring) {
   auto fill = [&](std::size_t i) {
     std::memcpy(ring[i % 3].data(), src.data() + chunks[i].offset, chunks[i].bytes);
     j.open(i, ring[i % 3].data(), nullptr);
@@ -169,6 +167,16 @@ TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
     j.finish(i);
     if (i + 3 < chunks.size()) fill(i + 3);
   }
+}
+
+TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
+  const std::size_t bytes = 4 * MiB + 4095;
+  const auto chunks = random_chunks(bytes, 900 * KiB);
+  const auto src = random_block(bytes);
+  std::vector<std::byte> dst(bytes);
+  std::vector<std::vector<std::byte>> ring(3, std::vector<std::byte>(900 * KiB));
+  job j{host_copy_pool::instance(), job::direction::from_staging, dst.data(), nullptr, chunks, 8};
+  download_through_a_ring(j, chunks, src, ring);
   EXPECT_EQ(dst, src);
 }
 
@@ -201,15 +209,7 @@ TEST(HostCopyPoolJob, FromStagingDemotesWhatItReadOnceUnlessToldToKeepTheLines) 
     {
       job j{host_copy_pool::instance(), job::direction::from_staging, dst.data(), nullptr, chunks, threads(rng())};
       if (keep) j.keep_staging_lines();
-      auto fill = [&](std::size_t i) {
-        std::memcpy(ring[i % 3].data(), src.data() + chunks[i].offset, chunks[i].bytes);
-        j.open(i, ring[i % 3].data(), nullptr);
-      };
-      for (std::size_t i = 0; i < std::min<std::size_t>(3, chunks.size()); ++i) fill(i);
-      for (std::size_t i = 0; i < chunks.size(); ++i) {
-        j.finish(i);
-        if (i + 3 < chunks.size()) fill(i + 3);
-      }
+      download_through_a_ring(j, chunks, src, ring);
     }
     ASSERT_EQ(dst, src) << (keep ? "keeping" : "demoting") << " the lines, " << bytes << " bytes";
     if (!keep) demoting_bytes += bytes;
