@@ -377,6 +377,54 @@ TEST(CopyOptions, SetAndGet) {
   EXPECT_EQ(to_string(copy_path::staged_to_device), "staged_to_device");
 }
 
+// A staged copy's chunks: an upload's grow by half (rounded up to whole
+// pages), a download's double, from min_chunk up to max_chunk; together they
+// cover the copy once, in order.
+TEST(CopyChunks, UploadsGrowByHalfDownloadsDouble) {
+  const copy_options defaults;
+  std::size_t largest = 0;
+  std::vector<std::size_t> sizes;
+  for (const auto& c : detail::plan_chunks(64 * MiB, defaults, detail::chunk_growth::by_half, largest)) {
+    sizes.push_back(c.bytes / KiB);
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(512, 768, 1152, 1728, 2592, 3888, 4096, 4096, 4096, 4096, 4096, 4096, 4096,
+                                            4096, 4096, 4096, 4096, 4096, 4096, 1648));
+  EXPECT_EQ(largest, 4 * MiB);
+  sizes.clear();
+  for (const auto& c : detail::plan_chunks(8 * MiB, defaults, detail::chunk_growth::doubling, largest)) {
+    sizes.push_back(c.bytes / KiB);
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(512, 1024, 2048, 4096, 512));
+
+  auto& random = rng();
+  for (int trial = 0; trial < 300; ++trial) {
+    copy_options o;
+    o.min_chunk = 1 + random() % (2 * MiB);
+    o.max_chunk = trial % 5 == 0 ? o.min_chunk : o.min_chunk + random() % (16 * MiB);
+    const std::size_t bytes = 1 + random() % (trial % 2 == 0 ? 64 * MiB : 4 * o.max_chunk);
+    for (const auto growth : {detail::chunk_growth::by_half, detail::chunk_growth::doubling}) {
+      const auto chunks = detail::plan_chunks(bytes, o, growth, largest);
+      ASSERT_FALSE(chunks.empty());
+      std::size_t offset = 0;
+      std::size_t expected = o.min_chunk;
+      std::size_t most = 0;
+      for (std::size_t i = 0; i < chunks.size(); ++i) {
+        SCOPED_TRACE(::testing::Message() << "trial " << trial << ", chunk " << i << " of " << bytes << " bytes, min "
+                                          << o.min_chunk << ", max " << o.max_chunk);
+        ASSERT_EQ(chunks[i].offset, offset);
+        ASSERT_EQ(chunks[i].bytes, std::min(expected, bytes - offset));  // only the last one short
+        offset += chunks[i].bytes;
+        most = std::max(most, chunks[i].bytes);
+        expected = growth == detail::chunk_growth::doubling
+                       ? std::min(2 * expected, o.max_chunk)
+                       : std::min((expected + expected / 2 + 4095) / 4096 * 4096, o.max_chunk);
+      }
+      EXPECT_EQ(offset, bytes);
+      EXPECT_EQ(largest, most);
+    }
+  }
+}
+
 TEST(CopyTransfer, DefaultAndMovedFromAreComplete) {
   transfer t;
   EXPECT_TRUE(t.ready());

@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   auto& device_memory = mr::get_per_device_resource(device);
   auto* on_device = static_cast<std::byte*>(device_memory.allocate(bytes, s));
   std::size_t largest = 0;
-  const auto chunks = detail::plan_chunks(bytes, options, largest);
+  const auto chunks =
+      detail::plan_chunks(bytes, options, up ? detail::chunk_growth::by_half : detail::chunk_growth::doubling, largest);
   const std::size_t count = std::min(static_cast<std::size_t>(options.staging_buffers), chunks.size());
   auto& staging = staging_resource(device.kind());
   auto* block = static_cast<std::byte*>(staging.allocate(count * largest, s));

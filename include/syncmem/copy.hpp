@@ -113,9 +113,11 @@ struct copy_options {
   /// @brief Pageable copies up to this size take the backend's own path
   /// (cudaMemcpyAsync), larger ones are staged.
   std::size_t direct_threshold = std::size_t{256} << 10;
-  /// @brief The first staging chunk; each next chunk doubles, up to max_chunk,
-  /// so that the pipeline starts at once. Chunks stay small (a few MiB): a
-  /// copy ends with its last chunk's DMA (or host copy) alone.
+  /// @brief The first staging chunk; each next chunk is one and a half times
+  /// the one before (uploads, rounded up to whole pages) or twice it
+  /// (downloads), up to max_chunk, so that the pipeline starts at once.
+  /// Chunks stay small (a few MiB): a copy ends with its last chunk's DMA (or
+  /// host copy) alone.
   std::size_t min_chunk = std::size_t{512} << 10;
   std::size_t max_chunk = std::size_t{4} << 20;
   /// @brief Pinned buffers a staged copy cycles through (2 or more lets the

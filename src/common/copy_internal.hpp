@@ -32,10 +32,17 @@ void finish_completed(transfer& t) noexcept;
 // emulated device pinned is pageable to CUDA, and the other way round).
 [[nodiscard]] memory_kind host_memory_kind_for(const void* p, device_kind backend);
 
+// How the chunks of a staged copy grow from copy_options::min_chunk to
+// max_chunk: uploads by half (each chunk one and a half times the one before
+// it, rounded up to whole pages), downloads and copies between devices by
+// doubling (see staged_to_device in copy.cpp).
+enum class chunk_growth { doubling, by_half };
+
 // How a staged copy of `bytes` bytes is cut into chunks with `options` (see
 // copy_options); `largest` is set to the largest chunk. Shared with the
 // timeline tool (bench/tuning/transfer_timeline.cpp).
-[[nodiscard]] std::vector<host_copy_pool::job::chunk> plan_chunks(std::size_t bytes, const copy_options& options, std::size_t& largest);
+[[nodiscard]] std::vector<host_copy_pool::job::chunk> plan_chunks(std::size_t bytes, const copy_options& options,
+                                                                  chunk_growth growth, std::size_t& largest);
 
 // Whether a staged download of `bytes` bytes demotes the staging lines it
 // reads (copy_options::demote_downloads_up_to), and how many threads, the
