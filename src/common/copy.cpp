@@ -363,11 +363,11 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 //
 // Growth: the chunks grow by half (copy_options::min_chunk, then one and a
 // half times the chunk before, up to max_chunk), not by doubling as those of
-// downloads: the host copies a cached source at only 1.2-1.5 times the
-// link's speed on the H100 and H200 machines, so with doubling chunks each
-// chunk's copy outlasted the DMA of the one before it and the link stood idle
-// 40-80 us in all while the chunks grew (bench/results/2026-11-22-upload-
-// growth, timelines). In alternating runs on three H200 machines, 64 MiB
+// downloads: the host copies a cached source at only about 1.0-1.3 times
+// the link's speed on the H100 and H200 machines, so with doubling chunks
+// each chunk's copy outlasted the DMA of the one before it and the link stood
+// idle 50-100 us in all while the chunks grew (bench/results/2026-11-22-
+// upload-growth, timelines). In alternating runs on three H200 machines, 64 MiB
 // uploads went from 87.7%, 83.3% and 79.7% of pinned to 91.5%, 88.8% and
 // 81.5% (medians), 16 MiB ones from 79.3%, 75.6% and 74.3% to 83.0%, 78.4%
 // and 74.7%; downloads growing by half did a little worse at 4 and 16 MiB
