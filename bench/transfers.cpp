@@ -5,9 +5,9 @@
 //       cudaMemcpyAsync-pinned (the floor), cudaMemcpy-pageable (what code
 //       without pinned memory gets), engine (ours, from/to pageable memory),
 //       engine-pinned (ours on pinned memory: the engine's own overhead);
-//       uploads from 64 MiB also engine-streaming and engine-ordinary (the
-//       staging written with streaming or with ordinary stores only, see
-//       copy_options::ordinary_stores_above).
+//       uploads from 64 MiB also engine-streaming (the staging written with
+//       streaming stores only) and engine-ordinary (the middle chunks of every
+//       upload with ordinary stores), see copy_options::ordinary_stores_above.
 //       On emulated devices: backend-pinned, backend-pageable, engine.
 //   transfer/d2d/<method>/<size>       device to device on one device
 //   transfer/peer/<method>/<size>      between two devices (when there are two)

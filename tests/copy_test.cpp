@@ -635,9 +635,10 @@ TYPED_TEST(Copy, AnUploadMergesAdjacentChunksWhileTheLinkIsBusy) {
   }
 }
 
-// An upload larger than copy_options::ordinary_stores_above writes its
-// staging with ordinary stores, one of that size or smaller with streaming
-// stores; every byte arrives either way.
+// An upload larger than copy_options::ordinary_stores_above writes the
+// staging of its middle chunks with ordinary stores (its first ones with
+// streaming stores, its last ones demoted), one of that size or smaller with
+// streaming stores only; every byte arrives either way.
 TYPED_TEST(Copy, AnUploadAboveTheThresholdUsesOrdinaryStores) {
   copy_options o;
   o.direct_threshold = 0;

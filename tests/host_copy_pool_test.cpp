@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/backend.hpp"
@@ -128,30 +129,70 @@ TEST(HostCopyPool, MoreCallersThanTheSlotsOfThePool) {
   for (int c = 0; c < callers; ++c) EXPECT_EQ(mismatches[static_cast<std::size_t>(c)], 0) << "caller " << c;
 }
 
+// Waits until whatever earlier tests left for the pool threads to demote is
+// done, and returns host_copy_pool::demoted_bytes() then.
+std::uint64_t settled_demoted_bytes() {
+  std::uint64_t last = host_copy_pool::demoted_bytes();
+  for (int calm = 0; calm < 5;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+    const std::uint64_t now = host_copy_pool::demoted_bytes();
+    calm = now == last ? calm + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
 // The engine's loop without a device: a ring of two buffers, each chunk
 // finished, taken out of (or put into) its buffer by the caller, and the
-// buffer reopened for the chunk two ahead.
-void expect_upload_through_a_ring(bool ordinary_stores) {
+// buffer reopened for the chunk two ahead. `stores` gives set_stores' two
+// chunk indices for a job of that many chunks (none: streaming stores only).
+// Every byte arrives, and the threads demote each byte of the chunks from the
+// second index on once, before their pieces are done (where the CPU can).
+template <class Stores>
+void expect_upload_through_a_ring(Stores stores) {
   const std::size_t bytes = 5 * MiB + 333;
   const auto chunks = random_chunks(bytes, 700 * KiB);
   const auto src = random_block(bytes);
   std::vector<std::byte> out(bytes);
   std::vector<std::vector<std::byte>> ring(2, std::vector<std::byte>(700 * KiB));
-  job j{host_copy_pool::instance(), job::direction::to_staging, nullptr, src.data(), chunks, 6};
-  if (ordinary_stores) j.use_ordinary_stores();
-  ASSERT_EQ(j.chunks(), chunks.size());
-  for (std::size_t i = 0; i < std::min<std::size_t>(2, chunks.size()); ++i) j.open(i, ring[i].data(), nullptr);
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    j.finish(i);
-    std::memcpy(out.data() + chunks[i].offset, ring[i % 2].data(), chunks[i].bytes);
-    if (i + 2 < chunks.size()) j.open(i + 2, ring[i % 2].data(), nullptr);
+  const auto [ordinary_from, demoted_from] = stores(chunks.size());
+  std::uint64_t demoting = 0;
+  for (std::size_t i = demoted_from; i < chunks.size(); ++i) demoting += chunks[i].bytes;
+  const std::uint64_t before = settled_demoted_bytes();
+  {
+    job j{host_copy_pool::instance(), job::direction::to_staging, nullptr, src.data(), chunks, 6};
+    j.set_stores(ordinary_from, demoted_from);
+    ASSERT_EQ(j.chunks(), chunks.size());
+    for (std::size_t i = 0; i < std::min<std::size_t>(2, chunks.size()); ++i) j.open(i, ring[i].data(), nullptr);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      j.finish(i);
+      std::memcpy(out.data() + chunks[i].offset, ring[i % 2].data(), chunks[i].bytes);
+      if (i + 2 < chunks.size()) j.open(i + 2, ring[i % 2].data(), nullptr);
+    }
   }
-  EXPECT_EQ(out, src);
+  EXPECT_EQ(out, src) << "ordinary from chunk " << ordinary_from << ", demoted from " << demoted_from << " of "
+                      << chunks.size();
+  EXPECT_EQ(host_copy_pool::demoted_bytes() - before, host_copy_pool::can_demote() ? demoting : 0U);
 }
 
-TEST(HostCopyPoolJob, ToStagingThroughARingOfBuffers) { expect_upload_through_a_ring(false); }
+TEST(HostCopyPoolJob, ToStagingThroughARingOfBuffers) {
+  expect_upload_through_a_ring([](std::size_t n) { return std::pair{n, n}; });
+}
 
-TEST(HostCopyPoolJob, ToStagingWithOrdinaryStoresThroughARingOfBuffers) { expect_upload_through_a_ring(true); }
+TEST(HostCopyPoolJob, ToStagingWithOrdinaryStoresThroughARingOfBuffers) {
+  expect_upload_through_a_ring([](std::size_t n) { return std::pair{std::size_t{0}, n}; });
+}
+
+// Streaming stores, then ordinary ones, then ordinary ones demoted, from
+// random chunks on (the engine's large uploads: copy.cpp, "Stores").
+TEST(HostCopyPoolJob, ToStagingWithMixedStoresThroughARingOfBuffers) {
+  for (int trial = 0; trial < 4; ++trial) {
+    expect_upload_through_a_ring([](std::size_t n) {
+      const std::size_t ordinary_from = rng()() % (n + 1);
+      return std::pair{ordinary_from, ordinary_from + rng()() % (n - ordinary_from + 1)};
+    });
+  }
+}
 
 // Runs `j` (from_staging, over `chunks`) as the engine runs a download
 // through `ring` (three buffers, which outlive the job as the engine's do),
@@ -185,18 +226,7 @@ TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
 // would otherwise wait); one told to keep its lines demotes none. Every byte
 // arrives either way.
 TEST(HostCopyPoolJob, FromStagingDemotesWhatItReadOnceUnlessToldToKeepTheLines) {
-  // Quiet: whatever earlier tests left for the pool threads to demote is done.
-  const auto settled = [] {
-    std::uint64_t last = host_copy_pool::demoted_bytes();
-    for (int calm = 0; calm < 5;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds{10});
-      const std::uint64_t now = host_copy_pool::demoted_bytes();
-      calm = now == last ? calm + 1 : 0;
-      last = now;
-    }
-    return last;
-  };
-  const std::uint64_t before = settled();
+  const std::uint64_t before = settled_demoted_bytes();
   std::uniform_int_distribution<std::size_t> extra{0, MiB};
   std::uniform_int_distribution<int> threads{2, 12};
   std::uint64_t demoting_bytes = 0;
@@ -219,7 +249,7 @@ TEST(HostCopyPoolJob, FromStagingDemotesWhatItReadOnceUnlessToldToKeepTheLines) 
   while (host_copy_pool::demoted_bytes() - before < demoting_bytes && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds{1});
   }
-  EXPECT_EQ(settled() - before, demoting_bytes);
+  EXPECT_EQ(settled_demoted_bytes() - before, demoting_bytes);
 }
 
 // A gate holds the threads back, as the engine uses it: on a device's stream

@@ -130,13 +130,16 @@ struct copy_options {
   /// half the cores, at most 8 (downloads that demote: half as many again,
   /// see demote_downloads_up_to).
   int host_threads = 0;
-  /// @brief Uploads from pageable memory larger than this write their staging
-  /// buffers with ordinary stores (memcpy) instead of streaming stores; 0:
-  /// half the host's largest cache (L3, else L2; never where the C library
-  /// does not say). A source that large comes from memory rather than the
-  /// cache, and there ordinary stores were faster (docs/transfers.md,
-  /// "Stores"); SIZE_MAX: never.
-  std::size_t ordinary_stores_above = 0;
+  /// @brief Uploads from pageable memory larger than this write the staging
+  /// of their middle chunks with ordinary stores (memcpy), which leave the
+  /// DMAs beside them at full speed, instead of streaming stores, which slow
+  /// them; their first chunks keep streaming stores and their last ones are
+  /// demoted (CLDEMOTE, where the CPU has it; streaming stores elsewhere)
+  /// once written, so that no DMA reads lines from a core's private cache
+  /// (docs/transfers.md, "Stores"). Smaller uploads, whose chunks are nearly
+  /// all first or last ones, write with streaming stores; 0: every staged
+  /// upload writes the mixed way; SIZE_MAX: none.
+  std::size_t ordinary_stores_above = std::size_t{32} << 20;
   /// @brief Downloads to pageable memory up to this size demote the staging
   /// lines their threads have read (CLDEMOTE, where the CPU has it) and copy
   /// out with half as many threads again (when host_threads is 0): the next

@@ -316,16 +316,11 @@ std::atomic<std::uint64_t> staged_downloads_demoting{0};            // see detai
 std::atomic<std::uint64_t> staged_downloads_on_second_ring{0};      // see detail::second_ring_download_count
 std::atomic<unsigned> download_ring_turn{0};  // bit 0: the ring the next download that keeps its lines takes
 
-// Uploads larger than this write their staging with ordinary stores: by
-// default half the host's largest cache, which the source shares with the
-// staging ring and everything else the machine runs (256 MiB uploads, with a
-// 300 MiB L3, went as fast or faster with ordinary stores on the H100 and the
-// H200 machines: bench/results/2026-11-21-stores-h100-h200).
-std::size_t ordinary_stores_above(const copy_options& o) {
-  if (o.ordinary_stores_above != 0) return o.ordinary_stores_above;
-  const std::size_t cache = host_copy_pool::last_level_cache_bytes();
-  return cache != 0 ? cache / 2 : std::numeric_limits<std::size_t>::max();
-}
+// An upload with ordinary stores (copy_options::ordinary_stores_above) writes
+// its first chunks with streaming stores and demotes the staging of its last
+// ones (see "Stores" at staged_to_device).
+constexpr std::size_t streaming_head_chunks = 5;
+constexpr std::size_t demoted_tail_chunks = 3;
 
 transfer host_to_host(void* dst, const void* src, std::size_t bytes, stream_view s, const copy_options& o) {
   wait_for(s);
@@ -390,12 +385,26 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // 94.5-94.8% (same lease, alternating runs). Larger buffers instead (6 of
 // 8 MiB) did as well at 64 MiB, with 1.5 times the pinned memory.
 //
-// Stores: an upload larger than half the host's cache (copy_options::
-// ordinary_stores_above) writes its staging with ordinary stores and keeps
-// every thread: its source comes from memory, and streaming stores beside it
-// made 1 GiB uploads slower (on the H200 machine 97% of pinned with ordinary
-// stores, 85-89% with streaming stores in the same runs). Without streaming
-// stores to memory there is nothing for the pacing to spare the DMAs from.
+// Stores: an upload larger than copy_options::ordinary_stores_above (32
+// MiB) writes the staging of its middle chunks with ordinary stores (memcpy)
+// and keeps every thread, without pacing; its first chunks get streaming
+// stores, and its last ones ordinary stores that the writing thread demotes
+// at once. What slows DMAs beside the host copies is streaming stores, which
+// write memory: on an H200 machine a 32 MiB DMA from pinned memory ran at
+// 54.4-54.7 GB/s beside 3 to 12 threads copying a cached source into another
+// pinned buffer with memcpy (37-131 GB/s together), at 37-40 GB/s beside six
+// threads with streaming stores and 28-30 beside eight; spreading the DMAs
+// over two or four streams changed nothing (bench/results/2026-11-22-upload-
+// growth, probe-dma-beside-stores.txt). But lines that ordinary stores leave
+// in the writing cores' private caches slow the DMA that reads them next
+// (16-42 GB/s for an upload's first chunks, 20-47 for its last): the first
+// chunks, whose DMAs follow right after them, get streaming stores, and the
+// last ones are demoted; the middle ones have left the writers' caches by the
+// time their DMAs read them (52.4-52.9 GB/s). In alternating runs on an H200
+// machine, 64 MiB uploads went from 88.1% of pinned to 91.9% (medians), 256
+// MiB from 91.4% to 94.9%, 1 GiB from 89.4% to 96.8%; 16 MiB ones did worse
+// with ordinary stores anywhere (their few chunks are all first or last ones)
+// and keep streaming stores and the pacing.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                           const copy_options& o) {
   host_copy_pool::instance().wake(threads_of(o));
@@ -412,9 +421,11 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
     // chunk it carries), the host copies are paced to the link, and DMAs are
     // merged while it is busy (see the notes above).
     const bool pace = count >= 3;
-    const bool ordinary = bytes > ordinary_stores_above(o);
+    const bool ordinary = bytes > o.ordinary_stores_above;
     if (ordinary) {
-      job.use_ordinary_stores();
+      const std::size_t n = chunks.size();
+      const std::size_t ordinary_from = std::min(n, streaming_head_chunks);
+      job.set_stores(ordinary_from, n - std::min(n - ordinary_from, demoted_tail_chunks));
       staged_uploads_with_ordinary_stores.fetch_add(1, std::memory_order_relaxed);
     }
     for (std::size_t i = 0; i < count; ++i) job.open(i, (*ring)[i], nullptr);

@@ -18,10 +18,6 @@
 #define SYNCMEM_X86_TARGETS 1
 #endif
 
-#if defined(__unix__)
-#include <unistd.h>
-#endif
-
 #include "syncmem/event.hpp"
 
 namespace syncmem::detail {
@@ -244,10 +240,18 @@ __attribute__((target("cldemote"))) void demote_lines(const std::byte* p, std::s
 }  // namespace
 #endif
 
-void host_copy_pool::demote(const void* p, std::size_t bytes) noexcept {
+bool host_copy_pool::can_demote() noexcept {
 #if defined(SYNCMEM_X86_TARGETS)
   static const bool supported = has_cldemote();
-  if (supported && bytes > 0) demote_lines(static_cast<const std::byte*>(p), bytes);
+  return supported;
+#else
+  return false;
+#endif
+}
+
+void host_copy_pool::demote(const void* p, std::size_t bytes) noexcept {
+#if defined(SYNCMEM_X86_TARGETS)
+  if (can_demote() && bytes > 0) demote_lines(static_cast<const std::byte*>(p), bytes);
 #else
   (void)p;
   (void)bytes;
@@ -255,21 +259,6 @@ void host_copy_pool::demote(const void* p, std::size_t bytes) noexcept {
 }
 
 std::uint64_t host_copy_pool::demoted_bytes() noexcept { return demoted.load(std::memory_order_relaxed); }
-
-std::size_t host_copy_pool::last_level_cache_bytes() noexcept {
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-  static const std::size_t bytes = [] {
-    for (const int level : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
-      const long n = ::sysconf(level);
-      if (n > 0) return static_cast<std::size_t>(n);
-    }
-    return std::size_t{0};
-  }();
-  return bytes;
-#else
-  return 0;
-#endif
-}
 
 void host_copy_pool::copy(void* dst, const void* src, std::size_t bytes, int threads) {
   threads = std::clamp(threads, 1, max_threads);
@@ -382,7 +371,9 @@ host_copy_pool::job::job(host_copy_pool& pool, direction dir, std::byte* dst, co
       chunks_{std::make_unique<chunk_state[]>(chunks.size())},
       chunk_count_{chunks.size()},
       helpers_most_{std::clamp(threads, 1, max_threads) - 1},
-      helpers_allowed_{helpers_most_} {
+      helpers_allowed_{helpers_most_},
+      ordinary_from_{chunks.size()},
+      demoted_from_{chunks.size()} {
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const std::size_t bytes = chunks[c].bytes;
     // About one piece per thread, in whole pages, within [min_piece, max_piece].
@@ -457,13 +448,20 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
   if (!failed_.load(std::memory_order_acquire)) {
     const std::size_t in_chunk = pc.offset - state.range.offset;
     switch (dir_) {
-      case direction::to_staging:
-        if (ordinary_stores_) {
-          std::memcpy(state.staging + in_chunk, src_ + pc.offset, pc.bytes);
+      case direction::to_staging: {
+        std::byte* out = state.staging + in_chunk;
+        const bool demoting = pc.chunk >= demoted_from_;
+        if (pc.chunk < ordinary_from_ || (demoting && !can_demote())) {
+          copy_piece(out, src_ + pc.offset, pc.bytes);
         } else {
-          copy_piece(state.staging + in_chunk, src_ + pc.offset, pc.bytes);
+          std::memcpy(out, src_ + pc.offset, pc.bytes);
+          if (demoting) {  // a DMA reads it next: out of this core's caches first
+            demote(out, pc.bytes);
+            demoted.fetch_add(pc.bytes, std::memory_order_relaxed);
+          }
         }
         break;
+      }
       case direction::from_staging:
         copy_piece(dst_ + pc.offset, state.staging + in_chunk, pc.bytes);
         // Demoted before the next DMA into the buffer, once the piece is reported done.

@@ -76,6 +76,8 @@ class host_copy_pool {
   static void copy_streaming(void* dst, const void* src, std::size_t bytes, int store_bytes) noexcept;
   // 64 where the CPU has AVX-512, 16 where it has SSE2, else 0.
   [[nodiscard]] static int widest_streaming_store() noexcept;
+  // Whether demote does anything on this CPU (CLDEMOTE).
+  [[nodiscard]] static bool can_demote() noexcept;
   // Moves the cache lines of a range out of this core's private caches into
   // the shared cache (CLDEMOTE, where the CPU has it; nothing elsewhere). The
   // threads of a short download (copy_options::demote_downloads_up_to)
@@ -87,11 +89,9 @@ class host_copy_pool {
   static void demote(const void* p, std::size_t bytes) noexcept;
   // Staging ranges that threads have handed to demote, in bytes, since the
   // process started (for tests). A from_staging job's threads demote what
-  // they have read once it no longer holds anyone up (see job).
+  // they have read once it no longer holds anyone up, a to_staging job's
+  // what they have written where it says so (see job).
   [[nodiscard]] static std::uint64_t demoted_bytes() noexcept;
-  // The size of the host's largest cache as the C library reports it (L3,
-  // else L2); 0 where it does not say.
-  [[nodiscard]] static std::size_t last_level_cache_bytes() noexcept;
 
   // Pieces smaller than this are not worth a thread of their own.
   static constexpr std::size_t min_piece = std::size_t{64} << 10;
@@ -170,9 +170,17 @@ class host_copy_pool::job {
   // number it was made with, less the caller): threads beyond it leave after
   // their piece. For pacing the host copies to the link (see copy.cpp).
   void set_helpers(int helpers) noexcept;
-  // A to_staging job copies its pieces with ordinary stores (memcpy) instead
-  // of streaming ones (copy_piece); set before the first chunk is opened.
-  void use_ordinary_stores() noexcept { ordinary_stores_ = true; }
+  // How a to_staging job writes its staging (set before the first chunk is
+  // opened): the chunks before `ordinary_from` with streaming stores
+  // (copy_piece), the others with ordinary stores (memcpy); those from
+  // `demoted_from` on are also demoted (see demote) by the thread that wrote
+  // them, before it reports the piece done, so that a DMA reading them next
+  // finds them in the shared cache; where the CPU cannot demote, they get
+  // streaming stores instead. By default every chunk gets streaming stores.
+  void set_stores(std::size_t ordinary_from, std::size_t demoted_from) noexcept {
+    ordinary_from_ = ordinary_from;
+    demoted_from_ = demoted_from;
+  }
   // A from_staging job leaves the staging lines it has read in the cores'
   // caches instead of demoting them (later: see the top of this file); set
   // before the first chunk is opened.
@@ -222,7 +230,8 @@ class host_copy_pool::job {
   std::exception_ptr error_;
   std::size_t opened_chunks_ = 0;
   bool demote_staging_ = true;    // from_staging: demote what it has read
-  bool ordinary_stores_ = false;  // to_staging: memcpy, not copy_piece
+  std::size_t ordinary_from_;  // to_staging: chunks from here memcpy, not copy_piece (set_stores)
+  std::size_t demoted_from_;   // to_staging: chunks from here memcpy and demote
   int slot_ = -1;  // in the pool, while pool threads may help
   bool stopped_ = false;
 };
