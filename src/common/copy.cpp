@@ -400,11 +400,13 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // (16-42 GB/s for an upload's first chunks, 20-47 for its last): the first
 // chunks, whose DMAs follow right after them, get streaming stores, and the
 // last ones are demoted; the middle ones have left the writers' caches by the
-// time their DMAs read them (52.4-52.9 GB/s). In alternating runs on an H200
-// machine, 64 MiB uploads went from 88.1% of pinned to 91.9% (medians), 256
-// MiB from 91.4% to 94.9%, 1 GiB from 89.4% to 96.8%; 16 MiB ones did worse
-// with ordinary stores anywhere (their few chunks are all first or last ones)
-// and keep streaming stores and the pacing.
+// time their DMAs read them (52.4-52.9 GB/s). In alternating runs (medians of
+// the engine against pinned memory), on one H200 machine with the idea as a
+// switch: 64 MiB uploads 88.1% to 91.9%, 256 MiB 91.4% to 94.9%, 1 GiB 89.4%
+// to 96.8%; on another with this code: 64 MiB 86.7% either way, 256 MiB
+// 91.1% to 93.3%, 1 GiB 94.1% and 93.5%. 16 MiB uploads did worse with
+// ordinary stores anywhere (their few chunks are all first or last ones) and
+// keep streaming stores and the pacing.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                           const copy_options& o) {
   host_copy_pool::instance().wake(threads_of(o));
