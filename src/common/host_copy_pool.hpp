@@ -85,7 +85,9 @@ class host_copy_pool {
   // buffer whose lines sit in cores' private caches runs far slower.
   // Measured on the H200 machine: a 4 MiB DMA into a pinned buffer that
   // eight threads had just read ran at 35 GB/s, at 53 GB/s after they
-  // demoted its lines, as into a buffer no core had read.
+  // demoted its lines, as into a buffer no core had read. The threads of a
+  // large upload demote the last chunks they write (job::set_stores): a DMA
+  // reading lines from cores' private caches runs slower too.
   static void demote(const void* p, std::size_t bytes) noexcept;
   // Staging ranges that threads have handed to demote, in bytes, since the
   // process started (for tests). A from_staging job's threads demote what
