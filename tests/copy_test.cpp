@@ -19,6 +19,7 @@
 
 #include "common/backend.hpp"
 #include "common/copy_internal.hpp"
+#include "common/host_copy_pool.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -423,6 +424,41 @@ TEST(CopyChunks, UploadsGrowByHalfDownloadsDouble) {
       EXPECT_EQ(largest, most);
     }
   }
+}
+
+// Short uploads and downloads that demote copy with half as many threads again
+// as the default; everything else, and any copy whose options set a number,
+// with that number.
+TEST(CopyThreads, ShortUploadsAndDemotingDownloadsTakeHalfAsManyAgain) {
+  const std::size_t up_limit = detail::more_threads_for_uploads_up_to;
+  auto& random = rng();
+  for (int trial = 0; trial < 300; ++trial) {
+    copy_options o;
+    o.demote_downloads_up_to = random() % (64 * MiB);
+    if (trial % 3 == 0) o.host_threads = 1 + static_cast<int>(random() % 64);
+    const int usual = 2 + static_cast<int>(random() % 15);  // the pool's default on 4 to 32 cores and more
+    const int more = usual * 3 / 2;
+    // Sizes on both sides of one of the limits, then the limits themselves.
+    const std::size_t around = trial % 2 == 0 ? up_limit : o.demote_downloads_up_to;
+    const std::size_t step = random() % MiB + 1;
+    const std::size_t bytes =
+        random() % 2 == 0 ? around + step : std::max<std::size_t>(1, around - std::min(around, step));
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << bytes << " bytes, host_threads "
+                                      << o.host_threads << ", demote_downloads_up_to " << o.demote_downloads_up_to
+                                      << ", default " << usual);
+    const int set = o.host_threads;
+    EXPECT_EQ(detail::upload_threads(bytes, o, usual), set > 0 ? set : bytes <= up_limit ? more : usual);
+    EXPECT_EQ(detail::download_threads(bytes, o, usual),
+              set > 0 ? set : bytes <= o.demote_downloads_up_to ? more : usual);
+    EXPECT_EQ(detail::upload_threads(up_limit, o, usual), set > 0 ? set : more);
+    EXPECT_EQ(detail::upload_threads(up_limit + 1, o, usual), set > 0 ? set : usual);
+    EXPECT_EQ(detail::download_threads(o.demote_downloads_up_to, o, usual), set > 0 ? set : more);
+    EXPECT_EQ(detail::download_threads(o.demote_downloads_up_to + 1, o, usual), set > 0 ? set : usual);
+  }
+  // Without a default given: the pool's.
+  const int pool = detail::host_copy_pool::default_threads();
+  EXPECT_EQ(detail::upload_threads(up_limit, copy_options{}), pool * 3 / 2);
+  EXPECT_EQ(detail::upload_threads(up_limit + 1, copy_options{}), pool);
 }
 
 TEST(CopyTransfer, DefaultAndMovedFromAreComplete) {

@@ -79,8 +79,7 @@ int main(int argc, char** argv) {
   // As the engine: short downloads demote the staging lines they read, with
   // more threads (copy_internal.hpp).
   const bool demoting = !up && detail::demotes_download(bytes, options);
-  const int threads = up ? (options.host_threads > 0 ? options.host_threads : host_copy_pool::default_threads())
-                         : detail::download_threads(bytes, options);
+  const int threads = up ? detail::upload_threads(bytes, options) : detail::download_threads(bytes, options);
 
   std::vector<std::byte> pageable(bytes, std::byte{1});
   auto& device_memory = mr::get_per_device_resource(device);

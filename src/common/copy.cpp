@@ -368,6 +368,19 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // and 74.7%; downloads growing by half did a little worse at 4 and 16 MiB
 // (54.2% to 51.6%, 53.4% to 51.7%), and keep doubling.
 //
+// Threads: uploads up to 4 MiB (detail::more_threads_for_uploads_up_to) copy
+// with half as many threads again as the default (12 instead of 8 on 16
+// cores), as downloads that demote do. A 512 KiB chunk is 8 pieces of
+// 64 KiB; with 12 threads the first 8 to arrive take them, so that one late
+// thread no longer holds up the chunk whose DMA the link waits for. With 8
+// threads, 1 MiB uploads on the H200 machines ran in one of two modes from
+// process to process, about 41 us or 49 us (57% or 48% of pinned); with 12,
+// in the faster one. Medians of alternating runs on three H200 machines
+// (bench/results/2026-11-22-short-uploads): 1 MiB 56.4% to 57.3%, 53.6% to
+// 56.6%, 58.5% to 59.0%; 4 MiB unchanged (67.9-71.0% either way). 16 MiB
+// uploads did worse with 12 threads (81.9% against 77.9%), 64 MiB ones no
+// better (92.7% against 91.3%).
+//
 // Pacing: host copies running far ahead of the link slow its DMAs (memory
 // traffic beside them: on the H200 machine 4 MiB DMAs ran at 29-42 GB/s
 // beside eight threads copying a cached source at over 100 GB/s, 55 GB/s
@@ -409,7 +422,8 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // keep streaming stores and the pacing.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                           const copy_options& o) {
-  host_copy_pool::instance().wake(threads_of(o));
+  const int threads = detail::upload_threads(bytes, o);
+  host_copy_pool::instance().wake(threads);
   wait_for(s);  // (a): earlier work on s may still write the source
   std::size_t largest = 0;
   const auto chunks = detail::plan_chunks(bytes, o, detail::chunk_growth::by_half, largest);
@@ -418,7 +432,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   event_slots sent{count};
   {
     host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src,
-                            chunks, threads_of(o)};
+                            chunks, threads};
     // With three buffers or more, every DMA gets an event (in the slot of each
     // chunk it carries), the host copies are paced to the link, and DMAs are
     // merged while it is busy (see the notes above).
@@ -448,7 +462,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
       staged_upload_dmas.fetch_add(1, std::memory_order_relaxed);
       if (pace && !ordinary && dmas >= 2) {
         if (sent[previous[0]].ready()) {
-          job.set_helpers(threads_of(o));  // the link is about to run dry: every thread
+          job.set_helpers(threads);  // the link is about to run dry: every thread
         } else if (!sent[previous[1]].ready()) {
           job.set_helpers(std::max(1, job.helpers() - 1));  // two DMAs still queued: one thread fewer
         }
@@ -666,11 +680,17 @@ bool detail::demotes_download(std::size_t bytes, const copy_options& o) noexcept
   return bytes <= o.demote_downloads_up_to;
 }
 
-// Demoting downloads copy out with half as many threads again as the default
-// (see staged_to_host), unless the options set a number.
-int detail::download_threads(std::size_t bytes, const copy_options& o) noexcept {
-  if (o.host_threads > 0 || !demotes_download(bytes, o)) return threads_of(o);
-  return host_copy_pool::default_threads() * 3 / 2;  // at most three quarters of the cores
+// Short uploads and demoting downloads copy with half as many threads again as
+// the default (see staged_to_device and staged_to_host), unless the options
+// set a number: at most three quarters of the cores.
+int detail::upload_threads(std::size_t bytes, const copy_options& o, int usual) noexcept {
+  if (o.host_threads > 0) return o.host_threads;
+  return bytes <= more_threads_for_uploads_up_to ? usual * 3 / 2 : usual;
+}
+
+int detail::download_threads(std::size_t bytes, const copy_options& o, int usual) noexcept {
+  if (o.host_threads > 0) return o.host_threads;
+  return demotes_download(bytes, o) ? usual * 3 / 2 : usual;
 }
 
 std::uint64_t detail::staged_upload_dma_count() noexcept { return staged_upload_dmas.load(std::memory_order_relaxed); }

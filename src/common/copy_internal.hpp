@@ -44,11 +44,23 @@ enum class chunk_growth { doubling, by_half };
 [[nodiscard]] std::vector<host_copy_pool::job::chunk> plan_chunks(std::size_t bytes, const copy_options& options,
                                                                   chunk_growth growth, std::size_t& largest);
 
+// Uploads up to this size copy into their staging with half as many threads
+// again as the default (see staged_to_device in copy.cpp).
+inline constexpr std::size_t more_threads_for_uploads_up_to = std::size_t{4} << 20;
+
+// How many threads, the caller included, copy a staged upload of `bytes`
+// bytes into its staging (upload_threads) or out of it (download_threads):
+// what the options set, else `usual` (the pool's default), half as many
+// again for uploads up to more_threads_for_uploads_up_to and for downloads
+// that demote. Shared with the timeline tool.
+[[nodiscard]] int upload_threads(std::size_t bytes, const copy_options& options,
+                                 int usual = host_copy_pool::default_threads()) noexcept;
+[[nodiscard]] int download_threads(std::size_t bytes, const copy_options& options,
+                                   int usual = host_copy_pool::default_threads()) noexcept;
+
 // Whether a staged download of `bytes` bytes demotes the staging lines it
-// reads (copy_options::demote_downloads_up_to), and how many threads, the
-// caller included, copy it out. Shared with the timeline tool.
+// reads (copy_options::demote_downloads_up_to). Shared with the timeline tool.
 [[nodiscard]] bool demotes_download(std::size_t bytes, const copy_options& options) noexcept;
-[[nodiscard]] int download_threads(std::size_t bytes, const copy_options& options) noexcept;
 
 // DMAs that staged uploads have enqueued in this process, merged ones counted
 // once (for tests).
