@@ -375,9 +375,10 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // thread no longer holds up the chunk whose DMA the link waits for. With 8
 // threads, 1 MiB uploads on the H200 machines ran in one of two modes from
 // process to process, about 41 us or 49 us (57% or 48% of pinned); with 12,
-// in the faster one. Medians of alternating runs on three H200 machines
-// (bench/results/2026-11-22-short-uploads): 1 MiB 56.4% to 57.3%, 53.6% to
-// 56.6%, 58.5% to 59.0%; 4 MiB unchanged (67.9-71.0% either way). 16 MiB
+// in the faster one. Medians of alternating runs on three H200 machines with
+// the idea as a switch (bench/results/2026-11-22-short-uploads): 1 MiB 56.4%
+// to 57.3%, 53.6% to 56.6%, 58.5% to 59.0%; on a fourth, this code against
+// ca03d74: 51.7% to 55.0%; 4 MiB unchanged (67.9-71.0% either way). 16 MiB
 // uploads did worse with 12 threads (81.9% against 77.9%), 64 MiB ones no
 // better (92.7% against 91.3%).
 //
