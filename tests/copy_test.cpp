@@ -436,7 +436,7 @@ TEST(CopyThreads, ShortUploadsAndDemotingDownloadsTakeHalfAsManyAgain) {
     copy_options o;
     o.demote_downloads_up_to = random() % (64 * MiB);
     if (trial % 3 == 0) o.host_threads = 1 + static_cast<int>(random() % 64);
-    const int usual = 2 + static_cast<int>(random() % 15);  // the pool's default on 4 to 32 cores and more
+    const int usual = 2 + static_cast<int>(random() % 15);  // 2 to 16 (the pool's own: half the cores, at most 8)
     const int more = usual * 3 / 2;
     // Sizes on both sides of one of the limits, then the limits themselves.
     const std::size_t around = trial % 2 == 0 ? up_limit : o.demote_downloads_up_to;
