@@ -114,8 +114,12 @@ int host_copy_pool::default_threads() noexcept {
   // on the H100 machine, near the link's 55 GB/s, and leave cores to the
   // CUDA driver and the application. With 16 threads on its 16 cores, staged
   // copies ran at 40 GB/s in some runs and at 4-13 GB/s in others.
-  const unsigned cores = std::thread::hardware_concurrency();
-  return static_cast<int>(std::clamp(cores / 2, 1U, 8U));
+  // Counted once: std::thread::hardware_concurrency reads /sys on glibc (3.2 us
+  // a call on the H200 machine), and every staged or host-to-host copy asks.
+  // In alternating runs there, 1 MiB uploads went from 55.9% of pinned to
+  // 58.4% (medians; bench/results/2026-11-22-short-uploads, call 9).
+  static const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1U, 8U));
+  return threads;
 }
 
 namespace {
