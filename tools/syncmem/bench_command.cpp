@@ -22,6 +22,13 @@ void add_bench_command(CLI::App& app, bench_options& options) {
   auto* filter = cmd->add_option("--filter", options.filter,
                                  "Run only the benchmarks whose name matches REGEX, e.g. '^alloc/' or 'h2d'")
                      ->type_name("REGEX");
+  auto* rounds =
+      cmd->add_option("--rounds", options.rounds,
+                      "Run every benchmark N times, one round of all of them after another, so that a slow spell of "
+                      "the machine does not fall on one method alone; the table and the page show each benchmark's "
+                      "median round, --json keeps every round")
+          ->type_name("N")
+          ->check(CLI::Range(1, 1000));
   cmd->add_option("--json", options.json_path, "Write every run, the machine and the date as JSON to FILE")
       ->type_name("FILE");
   cmd->add_option("--html", options.html_path,
@@ -31,13 +38,13 @@ void add_bench_command(CLI::App& app, bench_options& options) {
                                "Measure nothing: read results saved with --json and report them again")
                    ->type_name("FILE");
   auto* list = cmd->add_flag("--list", options.list, "Print the names of the benchmarks that would run, and exit");
-  from->excludes(quick)->excludes(filter)->excludes(list);
+  from->excludes(quick)->excludes(filter)->excludes(rounds)->excludes(list);
 }
 
 int run_bench(const bench_options& options) {
   if (!options.json_path.empty()) check_writable(options.json_path, "--json");
   if (!options.html_path.empty()) check_writable(options.html_path, "--html");
-  bench_request request{options.quick, options.filter.empty() ? std::string{"."} : options.filter};
+  bench_request request{options.quick, options.filter.empty() ? std::string{"."} : options.filter, options.rounds};
 
   if (options.list) {
     for (const auto& name : list_benchmarks(request)) fmt::print("{}\n", name);

@@ -12,6 +12,7 @@ namespace syncmem::tool {
 struct bench_options {
   bool quick = false;
   std::string filter;
+  int rounds = 1;
   std::string json_path;
   std::string html_path;
   std::string from_path;

@@ -41,6 +41,7 @@ struct bench_results {
   std::string date;  // UTC, ISO 8601
   double duration_s = 0;
   bool quick = false;
+  int rounds = 1;  // how many times every benchmark ran, one round after another (--rounds)
   std::string filter;
   bool gpu = false;                  // whether the figures come from a GPU
   std::vector<std::string> devices;  // the devices the suites ran on

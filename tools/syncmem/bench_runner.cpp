@@ -139,11 +139,14 @@ std::string utc_now() {
 }
 
 // Keeps every run and shows progress: a bar redrawn in place on a terminal,
-// one line per benchmark otherwise.
+// one line per benchmark otherwise. The benchmarks run `rounds` times over.
 class progress_reporter final : public benchmark::BenchmarkReporter {
  public:
-  progress_reporter(std::vector<std::string> names, bench_results& results)
-      : names_{std::move(names)}, results_{results}, tty_{::isatty(STDOUT_FILENO) == 1} {}
+  progress_reporter(std::vector<std::string> names, int rounds, bench_results& results)
+      : names_{std::move(names)},
+        total_{names_.size() * static_cast<std::size_t>(rounds)},
+        results_{results},
+        tty_{::isatty(STDOUT_FILENO) == 1} {}
 
   bool ReportContext(const Context& context) override {
     const auto& cpu = context.cpu_info;
@@ -180,7 +183,7 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
 
   [[nodiscard]] const std::vector<std::string>& skipped() const noexcept { return skipped_; }
   [[nodiscard]] std::string running() const {
-    return done_ < names_.size() ? names_[done_] : std::string{"a benchmark"};
+    return done_ < total_ && !names_.empty() ? names_[done_ % names_.size()] : std::string{"a benchmark"};
   }
 
  private:
@@ -193,19 +196,19 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
       if (r.bytes_per_second) figures += ", " + format_bandwidth(*r.bytes_per_second);
       for (const auto& [k, v] : r.counters) figures += fmt::format(", {} {}", k, three_digits(v));
     }
-    fmt::print("[{}/{}] {}: {}\n", done_ + 1, names_.size(), r.name, figures);
+    fmt::print("[{}/{}] {}: {}\n", done_ + 1, total_, r.name, figures);
     std::fflush(stdout);
   }
 
   void draw() const {
     if (!tty_) return;
     constexpr std::size_t bar = 30;
-    const std::size_t total = std::max<std::size_t>(names_.size(), 1);
+    const std::size_t total = std::max<std::size_t>(total_, 1);
     const std::size_t filled = std::min(bar, done_ * bar / total);
     const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     std::string line = fmt::format("[{}{}] {}/{} {:.0f} s", std::string(filled, '#'), std::string(bar - filled, '.'),
-                                   done_, names_.size(), elapsed);
-    if (done_ < names_.size()) line += "  " + names_[done_];
+                                   done_, total_, elapsed);
+    if (done_ < total_) line += "  " + running();
     // One line that never wraps, so that \r goes back to its start.
     const std::size_t columns = terminal_columns() - 1;
     if (line.size() > columns) line.resize(columns);
@@ -214,6 +217,7 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
   }
 
   std::vector<std::string> names_;
+  std::size_t total_;  // names × rounds
   bench_results& results_;
   std::vector<std::string> skipped_;
   std::size_t done_ = 0;
@@ -270,19 +274,24 @@ bench_results run_benchmarks(const bench_request& request) {
   bench_results results;
   results.date = utc_now();
   results.quick = request.quick;
+  results.rounds = request.rounds;
   results.filter = request.filter.empty() ? std::string{"."} : request.filter;
   results.gpu = o.gpu();
   for (const auto& d : o.devices) results.devices.push_back(to_string(d));
   results.machine = describe_machine();  // after the suites enabled any emulated device they run on
 
-  fmt::print("syncmem bench: {} benchmark{} on {}{}\n", names.size(), names.size() == 1 ? "" : "s",
+  fmt::print("syncmem bench: {} benchmark{}{} on {}{}\n", names.size(), names.size() == 1 ? "" : "s",
+             request.rounds > 1 ? fmt::format(", {} rounds", request.rounds) : std::string{},
              fmt::join(results.devices, ", "), results.gpu ? "" : " (no GPU: the figures will not be GPU figures)");
   std::fflush(stdout);
   set_flags(o, false);
-  progress_reporter progress{std::move(names), results};
+  progress_reporter progress{std::move(names), request.rounds, results};
   const auto start = std::chrono::steady_clock::now();
   try {
-    benchmark::RunSpecifiedBenchmarks(&progress, results.filter);
+    // Round after round of the same benchmarks in the same order: each
+    // benchmark's rounds are spread over the whole session, and the methods
+    // of one case stay side by side in each round.
+    for (int round = 0; round < request.rounds; ++round) benchmark::RunSpecifiedBenchmarks(&progress, results.filter);
   } catch (const std::exception& e) {
     // A suite should turn its failures into SkipWithError; name the one that did not.
     progress.Finalize();

@@ -14,6 +14,7 @@ namespace syncmem::tool {
 struct bench_request {
   bool quick = false;        // fewer sizes and a short minimum time per benchmark
   std::string filter = ".";  // Google Benchmark's regex over the names
+  int rounds = 1;            // how many times to run them all, one round after another
 };
 
 // Whether this syncmem was built with the suites (SYNCMEM_BUILD_BENCH).

@@ -241,6 +241,7 @@ std::string render_html(const bench_results& results) {
   if (!results.date.empty()) meta.push_back(results.date);
   if (!str(results.machine, "version").empty()) meta.push_back("syncmem " + str(results.machine, "version"));
   if (results.quick) meta.push_back("quick run (shorter measurements)");
+  if (results.rounds > 1) meta.push_back(fmt::format("median of {} rounds", results.rounds));
   if (!results.filter.empty() && results.filter != ".") meta.push_back("filter " + results.filter);
   if (results.duration_s > 0) meta.push_back(fmt::format("{:.1f} s", results.duration_s));
   body += fmt::format("<p class=\"meta\">{}</p>\n", escape(fmt::format("{}", fmt::join(meta, " · "))));

@@ -16,6 +16,7 @@ nlohmann::ordered_json to_json(const bench_results& results) {
   out["date"] = results.date;
   out["duration_s"] = results.duration_s;
   out["quick"] = results.quick;
+  out["rounds"] = results.rounds;
   out["filter"] = results.filter;
   out["gpu"] = results.gpu;
   out["devices"] = results.devices;
@@ -96,6 +97,11 @@ bench_results results_from_json(const nlohmann::json& document, const std::strin
   out.date = root.has("date") ? root.at("date").string() : std::string{};
   out.duration_s = root.has("duration_s") ? root.at("duration_s").number() : 0.0;
   out.quick = root.has("quick") && root.at("quick").boolean();
+  if (root.has("rounds")) {  // results written before --rounds existed ran once
+    const std::int64_t rounds = root.at("rounds").integer();
+    if (rounds < 1 || rounds > 1000) root.at("rounds").fail("a count of rounds must lie in [1, 1000]");
+    out.rounds = static_cast<int>(rounds);
+  }
   out.filter = root.has("filter") ? root.at("filter").string() : std::string{};
   out.gpu = root.at("gpu").boolean();
   if (root.has("devices")) {

@@ -86,6 +86,7 @@ std::string render_table(const bench_results& results) {
     }
   }
   if (results.quick) title += ", quick run";
+  if (results.rounds > 1) title += fmt::format(", median of {} rounds", results.rounds);
   out += title + "\n";
   out += wrap(figures_source(results), line_width, "") + "\n";
   if (const auto warning = build_warning(results); !warning.empty()) out += wrap(warning, line_width, "") + "\n";
