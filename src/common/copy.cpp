@@ -421,9 +421,27 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // 91.1% to 93.3%, 1 GiB 94.1% and 93.5%. 16 MiB uploads did worse with
 // ordinary stores anywhere (their few chunks are all first or last ones) and
 // keep streaming stores and the pacing.
+//
+// Reinforcements: such an upload keeps half as many threads again in reserve
+// (detail::upload_threads_at_most: 12 on 16 cores) and takes them whenever
+// the link has run dry past its streamed chunks (the DMA before the one just
+// enqueued has completed), the default number again once two DMAs are
+// queued. Its host copies read the source from memory when it is larger
+// than the cache or was pushed out of it, where eight threads copy 46-61
+// GB/s on the H200 machines, little above the link's 55, and less when
+// other programs use memory too. Copy by copy, alternating with the default
+// in one process (bench/results/2026-11-22-rounds, experiments.txt): on an
+// H200 machine whose host was slow even when quiet, 1 GiB uploads went from
+// 84-85% of pinned to 88.5-88.7% and 256 MiB ones from 85-86% to 87-88%;
+// beside another process copying memory with two or four threads, 1 GiB
+// uploads from 70-81% to 82-87%, 256 MiB ones from 73-82% to 80-87%; 64 MiB
+// ones moved by -0.5 to +1.3 points. On a machine whose host kept up, 13 of
+// 15 comparisons were the same within half a point and two gained (1 GiB:
+// 89.1% to 92.0%, 94.5% to 95.5%). Sixteen threads did worse than twelve.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                           const copy_options& o) {
   const int threads = detail::upload_threads(bytes, o);
+  const int most = detail::upload_threads_at_most(bytes, o);
   host_copy_pool::instance().wake(threads);
   wait_for(s);  // (a): earlier work on s may still write the source
   std::size_t largest = 0;
@@ -433,12 +451,15 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   event_slots sent{count};
   {
     host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src,
-                            chunks, threads};
+                            chunks, most};
+    if (most > threads) job.set_helpers(threads - 1);  // the reinforcements wait until the link runs dry
     // With three buffers or more, every DMA gets an event (in the slot of each
     // chunk it carries), the host copies are paced to the link, and DMAs are
     // merged while it is busy (see the notes above).
     const bool pace = count >= 3;
     const bool ordinary = bytes > o.ordinary_stores_above;
+    const bool reinforce = pace && most > threads;
+    const std::size_t reinforce_from = std::min(chunks.size(), streaming_head_chunks);
     if (ordinary) {
       const std::size_t n = chunks.size();
       const std::size_t ordinary_from = std::min(n, streaming_head_chunks);
@@ -461,7 +482,13 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
       const std::size_t n = chunks[end - 1].offset + chunks[end - 1].bytes - chunks[i].offset;
       enqueue_copy(dst + chunks[i].offset, (*ring)[k], n, s);
       staged_upload_dmas.fetch_add(1, std::memory_order_relaxed);
-      if (pace && !ordinary && dmas >= 2) {
+      if (reinforce && i >= reinforce_from) {
+        if (sent[previous[0]].ready()) {
+          job.set_helpers(most - 1);  // the link has run dry: the reinforcements
+        } else if (dmas >= 2 && !sent[previous[1]].ready()) {
+          job.set_helpers(threads - 1);  // two DMAs queued: the default again
+        }
+      } else if (pace && !ordinary && dmas >= 2) {
         if (sent[previous[0]].ready()) {
           job.set_helpers(threads);  // the link is about to run dry: every thread
         } else if (!sent[previous[1]].ready()) {
@@ -687,6 +714,11 @@ bool detail::demotes_download(std::size_t bytes, const copy_options& o) noexcept
 int detail::upload_threads(std::size_t bytes, const copy_options& o, int usual) noexcept {
   if (o.host_threads > 0) return o.host_threads;
   return bytes <= more_threads_for_uploads_up_to ? usual * 3 / 2 : usual;
+}
+
+int detail::upload_threads_at_most(std::size_t bytes, const copy_options& o, int usual) noexcept {
+  const int threads = upload_threads(bytes, o, usual);
+  return o.host_threads == 0 && bytes > o.ordinary_stores_above ? std::max(threads, usual * 3 / 2) : threads;
 }
 
 int detail::download_threads(std::size_t bytes, const copy_options& o, int usual) noexcept {

@@ -58,6 +58,14 @@ inline constexpr std::size_t more_threads_for_uploads_up_to = std::size_t{4} << 
 [[nodiscard]] int download_threads(std::size_t bytes, const copy_options& options,
                                    int usual = host_copy_pool::default_threads()) noexcept;
 
+// How many threads a staged upload of `bytes` bytes may copy with while the
+// link runs dry (see "Reinforcements" at staged_to_device in copy.cpp): for
+// uploads larger than copy_options::ordinary_stores_above, when the options
+// set no thread count, half as many again as `usual` (or upload_threads, if
+// that is more); upload_threads otherwise.
+[[nodiscard]] int upload_threads_at_most(std::size_t bytes, const copy_options& options,
+                                         int usual = host_copy_pool::default_threads()) noexcept;
+
 // Whether a staged download of `bytes` bytes demotes the staging lines it
 // reads (copy_options::demote_downloads_up_to). Shared with the timeline tool.
 [[nodiscard]] bool demotes_download(std::size_t bytes, const copy_options& options) noexcept;
