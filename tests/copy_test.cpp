@@ -447,7 +447,8 @@ TEST(CopyThreads, ShortUploadsAndDemotingDownloadsTakeHalfAsManyAgain) {
                                       << o.host_threads << ", demote_downloads_up_to " << o.demote_downloads_up_to
                                       << ", default " << usual);
     const int set = o.host_threads;
-    EXPECT_EQ(detail::upload_threads(bytes, o, usual), set > 0 ? set : bytes <= up_limit ? more : usual);
+    const bool large = bytes > o.ordinary_stores_above;  // see LargeUploadsTakeHalfAsManyAgain
+    EXPECT_EQ(detail::upload_threads(bytes, o, usual), set > 0 ? set : bytes <= up_limit || large ? more : usual);
     EXPECT_EQ(detail::download_threads(bytes, o, usual),
               set > 0 ? set : bytes <= o.demote_downloads_up_to ? more : usual);
     EXPECT_EQ(detail::upload_threads(up_limit, o, usual), set > 0 ? set : more);
@@ -461,32 +462,40 @@ TEST(CopyThreads, ShortUploadsAndDemotingDownloadsTakeHalfAsManyAgain) {
   EXPECT_EQ(detail::upload_threads(up_limit + 1, copy_options{}), pool);
 }
 
-// Uploads with ordinary stores keep half as many threads again in reserve for
-// when the link runs dry; smaller ones, and any upload whose options set the
-// thread count, have none.
-TEST(CopyThreads, LargeUploadsKeepHalfAsManyAgainInReserve) {
+// Uploads with ordinary stores (larger than ordinary_stores_above) copy with
+// half as many threads again from the start, unless the options set a number.
+TEST(CopyThreads, LargeUploadsTakeHalfAsManyAgain) {
+  const std::size_t up_limit = detail::more_threads_for_uploads_up_to;
   auto& random = rng();
   for (int trial = 0; trial < 300; ++trial) {
     copy_options o;
-    o.ordinary_stores_above = random() % (64 * MiB);
+    o.ordinary_stores_above = up_limit + random() % (64 * MiB);
     if (trial % 3 == 0) o.host_threads = 1 + static_cast<int>(random() % 64);
     const int usual = 2 + static_cast<int>(random() % 15);  // 2 to 16
     const std::size_t limit = o.ordinary_stores_above;
     const std::size_t step = random() % MiB + 1;
-    const std::size_t bytes = random() % 2 == 0 ? limit + step : std::max<std::size_t>(1, limit - std::min(limit, step));
+    const std::size_t bytes = random() % 2 == 0 ? limit + step : std::max(up_limit + 1, limit - std::min(limit, step));
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << bytes << " bytes, host_threads "
                                       << o.host_threads << ", ordinary_stores_above " << limit << ", default " << usual);
     const int set = o.host_threads;
-    const int threads = detail::upload_threads(bytes, o, usual);
-    const int more = usual * 3 / 2;  // what uploads up to 4 MiB take anyway
-    EXPECT_EQ(detail::upload_threads_at_most(bytes, o, usual), set > 0 ? set : bytes > limit ? more : threads);
-    EXPECT_EQ(detail::upload_threads_at_most(limit, o, usual), detail::upload_threads(limit, o, usual));
-    EXPECT_EQ(detail::upload_threads_at_most(limit + 1, o, usual), set > 0 ? set : more);
+    const int more = usual * 3 / 2;
+    EXPECT_EQ(detail::upload_threads(bytes, o, usual), set > 0 ? set : bytes > limit ? more : usual);
+    EXPECT_EQ(detail::upload_threads(limit, o, usual), set > 0 ? set : limit > up_limit ? usual : more);
+    EXPECT_EQ(detail::upload_threads(limit + 1, o, usual), set > 0 ? set : more);
+    // Downloads do not depend on it.
+    copy_options none = o;
+    none.ordinary_stores_above = SIZE_MAX;
+    EXPECT_EQ(detail::download_threads(limit + 1, o, usual), detail::download_threads(limit + 1, none, usual));
   }
-  // The defaults on a 16-core machine: 8 threads for a 64 MiB upload, 12 at most.
-  EXPECT_EQ(detail::upload_threads(64 * MiB, copy_options{}, 8), 8);
-  EXPECT_EQ(detail::upload_threads_at_most(64 * MiB, copy_options{}, 8), 12);
-  EXPECT_EQ(detail::upload_threads_at_most(16 * MiB, copy_options{}, 8), 8);
+  // Every staged upload, when ordinary_stores_above is 0.
+  copy_options all;
+  all.ordinary_stores_above = 0;
+  EXPECT_EQ(detail::upload_threads(16 * MiB, all, 8), 12);
+  // The defaults on a 16-core machine: 12 threads up to 4 MiB, 8 for 16 MiB, 12 for 64 MiB.
+  EXPECT_EQ(detail::upload_threads(4 * MiB, copy_options{}, 8), 12);
+  EXPECT_EQ(detail::upload_threads(16 * MiB, copy_options{}, 8), 8);
+  EXPECT_EQ(detail::upload_threads(32 * MiB, copy_options{}, 8), 8);
+  EXPECT_EQ(detail::upload_threads(64 * MiB, copy_options{}, 8), 12);
 }
 
 TEST(CopyTransfer, DefaultAndMovedFromAreComplete) {

@@ -379,8 +379,8 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // the idea as a switch (bench/results/2026-11-22-short-uploads): 1 MiB 56.4%
 // to 57.3%, 53.6% to 56.6%, 58.5% to 59.0%; on a fourth, this code against
 // ca03d74: 51.7% to 55.0%; 4 MiB unchanged (67.9-71.0% either way). 16 MiB
-// uploads did worse with 12 threads (81.9% against 77.9%), 64 MiB ones no
-// better (92.7% against 91.3%).
+// uploads did worse with 12 threads (81.9% against 77.9%) and keep 8; those
+// larger than ordinary_stores_above take 12 (see "Threads for large uploads").
 //
 // Pacing: host copies running far ahead of the link slow its DMAs (memory
 // traffic beside them: on the H200 machine 4 MiB DMAs ran at 29-42 GB/s
@@ -422,26 +422,23 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // ordinary stores anywhere (their few chunks are all first or last ones) and
 // keep streaming stores and the pacing.
 //
-// Reinforcements: such an upload keeps half as many threads again in reserve
-// (detail::upload_threads_at_most: 12 on 16 cores) and takes them whenever
-// the link has run dry past its streamed chunks (the DMA before the one just
-// enqueued has completed), the default number again once two DMAs are
-// queued. Its host copies read the source from memory when it is larger
-// than the cache or was pushed out of it, where eight threads copy 46-61
-// GB/s on the H200 machines, little above the link's 55, and less when
-// other programs use memory too. Copy by copy, alternating with the default
-// in one process (bench/results/2026-11-22-rounds, experiments.txt): on an
-// H200 machine whose host was slow even when quiet, 1 GiB uploads went from
-// 84-85% of pinned to 88.5-88.7% and 256 MiB ones from 85-86% to 87-88%;
-// beside another process copying memory with two or four threads, 1 GiB
-// uploads from 70-81% to 82-87%, 256 MiB ones from 73-82% to 80-87%; 64 MiB
-// ones moved by -0.5 to +1.3 points. On a machine whose host kept up, 13 of
-// 15 comparisons were the same within half a point and two gained (1 GiB:
-// 89.1% to 92.0%, 94.5% to 95.5%). Sixteen threads did worse than twelve.
+// Threads for large uploads: such an upload copies with half as many threads
+// again as the default from its first chunk (12 instead of 8 on 16 cores).
+// Its host copies read the source from memory when it is larger than the
+// cache or was pushed out of it, where eight threads copy 46-61 GB/s on the
+// H200 machines, little above the link's 55, and less when other programs use
+// memory too. Copy by copy, alternating in one process with the engine
+// before (which kept the extra threads for when the link ran dry; bench/
+// results/2026-11-22-large-upload-threads, variants.txt; medians of blocks
+// of 7-41 copies): on an H100 machine 64 MiB uploads went from 81.8-86.6% of
+// pinned to 88.6-91.7%, 1 GiB ones from 88.1-95.1% to 95.5-98.5% (16 of 16
+// blocks better); on an H200 machine whose host kept up, 256 MiB from
+// 89.4-93.4% to 93.4-94.5%, 1 GiB from 95.7-96.9% to 96.8-97.1%, 64 MiB by
+// -1.2 to +1.4 points. Ten threads did as well as twelve there, fourteen a
+// little worse; sixteen had done worse than twelve (2026-11-22-rounds).
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
                           const copy_options& o) {
   const int threads = detail::upload_threads(bytes, o);
-  const int most = detail::upload_threads_at_most(bytes, o);
   host_copy_pool::instance().wake(threads);
   wait_for(s);  // (a): earlier work on s may still write the source
   std::size_t largest = 0;
@@ -451,15 +448,12 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   event_slots sent{count};
   {
     host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src,
-                            chunks, most};
-    if (most > threads) job.set_helpers(threads - 1);  // the reinforcements wait until the link runs dry
+                            chunks, threads};
     // With three buffers or more, every DMA gets an event (in the slot of each
     // chunk it carries), the host copies are paced to the link, and DMAs are
     // merged while it is busy (see the notes above).
     const bool pace = count >= 3;
     const bool ordinary = bytes > o.ordinary_stores_above;
-    const bool reinforce = pace && most > threads;
-    const std::size_t reinforce_from = std::min(chunks.size(), streaming_head_chunks);
     if (ordinary) {
       const std::size_t n = chunks.size();
       const std::size_t ordinary_from = std::min(n, streaming_head_chunks);
@@ -482,13 +476,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
       const std::size_t n = chunks[end - 1].offset + chunks[end - 1].bytes - chunks[i].offset;
       enqueue_copy(dst + chunks[i].offset, (*ring)[k], n, s);
       staged_upload_dmas.fetch_add(1, std::memory_order_relaxed);
-      if (reinforce && i >= reinforce_from) {
-        if (sent[previous[0]].ready()) {
-          job.set_helpers(most - 1);  // the link has run dry: the reinforcements
-        } else if (dmas >= 2 && !sent[previous[1]].ready()) {
-          job.set_helpers(threads - 1);  // two DMAs queued: the default again
-        }
-      } else if (pace && !ordinary && dmas >= 2) {
+      if (pace && !ordinary && dmas >= 2) {
         if (sent[previous[0]].ready()) {
           job.set_helpers(threads);  // the link is about to run dry: every thread
         } else if (!sent[previous[1]].ready()) {
@@ -708,17 +696,13 @@ bool detail::demotes_download(std::size_t bytes, const copy_options& o) noexcept
   return bytes <= o.demote_downloads_up_to;
 }
 
-// Short uploads and demoting downloads copy with half as many threads again as
-// the default (see staged_to_device and staged_to_host), unless the options
-// set a number: at most three quarters of the cores.
+// Short uploads, uploads with ordinary stores and demoting downloads copy with
+// half as many threads again as the default (see staged_to_device and
+// staged_to_host), unless the options set a number: at most three quarters of
+// the cores.
 int detail::upload_threads(std::size_t bytes, const copy_options& o, int usual) noexcept {
   if (o.host_threads > 0) return o.host_threads;
-  return bytes <= more_threads_for_uploads_up_to ? usual * 3 / 2 : usual;
-}
-
-int detail::upload_threads_at_most(std::size_t bytes, const copy_options& o, int usual) noexcept {
-  const int threads = upload_threads(bytes, o, usual);
-  return o.host_threads == 0 && bytes > o.ordinary_stores_above ? std::max(threads, usual * 3 / 2) : threads;
+  return bytes <= more_threads_for_uploads_up_to || bytes > o.ordinary_stores_above ? usual * 3 / 2 : usual;
 }
 
 int detail::download_threads(std::size_t bytes, const copy_options& o, int usual) noexcept {

@@ -51,20 +51,13 @@ inline constexpr std::size_t more_threads_for_uploads_up_to = std::size_t{4} << 
 // How many threads, the caller included, copy a staged upload of `bytes`
 // bytes into its staging (upload_threads) or out of it (download_threads):
 // what the options set, else `usual` (the pool's default), half as many
-// again for uploads up to more_threads_for_uploads_up_to and for downloads
-// that demote. Shared with the timeline tool.
+// again for uploads up to more_threads_for_uploads_up_to or larger than
+// copy_options::ordinary_stores_above and for downloads that demote. Shared
+// with the timeline tool.
 [[nodiscard]] int upload_threads(std::size_t bytes, const copy_options& options,
                                  int usual = host_copy_pool::default_threads()) noexcept;
 [[nodiscard]] int download_threads(std::size_t bytes, const copy_options& options,
                                    int usual = host_copy_pool::default_threads()) noexcept;
-
-// How many threads a staged upload of `bytes` bytes may copy with while the
-// link runs dry (see "Reinforcements" at staged_to_device in copy.cpp): for
-// uploads larger than copy_options::ordinary_stores_above, when the options
-// set no thread count, half as many again as `usual` (or upload_threads, if
-// that is more); upload_threads otherwise.
-[[nodiscard]] int upload_threads_at_most(std::size_t bytes, const copy_options& options,
-                                         int usual = host_copy_pool::default_threads()) noexcept;
 
 // Whether a staged download of `bytes` bytes demotes the staging lines it
 // reads (copy_options::demote_downloads_up_to). Shared with the timeline tool.
