@@ -127,10 +127,9 @@ struct copy_options {
   /// halves in turn, one download after the other.
   int staging_buffers = 8;
   /// @brief Threads that copy on the host, the calling thread included; 0:
-  /// half the cores, at most 8 (uploads up to 4 MiB and downloads that
-  /// demote, see demote_downloads_up_to: half as many again; uploads larger
-  /// than ordinary_stores_above: half as many again while the link waits
-  /// for them).
+  /// half the cores, at most 8 (uploads up to 4 MiB or larger than
+  /// ordinary_stores_above, and downloads that demote, see
+  /// demote_downloads_up_to: half as many again).
   int host_threads = 0;
   /// @brief Uploads from pageable memory larger than this write the staging
   /// of their middle chunks with ordinary stores (memcpy), which leave the
