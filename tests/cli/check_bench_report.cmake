@@ -231,4 +231,30 @@ if(rounds_same LESS 0)
   fail("--from prints another table for the rounds than the run did:\n${rounds_table}\n---\n${rounds_from_table}")
 endif()
 
+# --- the interleaved transfer benchmarks carry the engine's share of the floor --
+run_syncmem(interleaved_out bench --quick --filter "^transfer/(h2d|d2h)-interleaved/engine/1MiB/"
+            --json "${WORK_DIR}/interleaved.json")
+if(NOT interleaved_out MATCHES "of_pinned at 1MiB: engine [0-9.]+")
+  fail("the table of the interleaved benchmarks has no of_pinned line")
+endif()
+file(READ "${WORK_DIR}/interleaved.json" interleaved_json)
+string(JSON interleaved_count LENGTH "${interleaved_json}" runs)
+if(NOT interleaved_count EQUAL 2)
+  fail("${interleaved_count} interleaved runs, expected one upload and one download")
+endif()
+foreach(i RANGE 1)
+  string(JSON name GET "${interleaved_json}" runs ${i} name)
+  string(JSON bandwidth GET "${interleaved_json}" runs ${i} bytes_per_second)
+  string(JSON share ERROR_VARIABLE no_share GET "${interleaved_json}" runs ${i} counters of_pinned)
+  string(JSON floor ERROR_VARIABLE no_floor GET "${interleaved_json}" runs ${i} counters pinned_GBps)
+  if(no_share OR no_floor)
+    fail("${name} lacks the counters of_pinned or pinned_GBps")
+  endif()
+  # Shares far above 1 would mean the floor was not timed alone; emulated
+  # copies of pinned and pageable memory cost about the same.
+  expect_between("${share}" 0 20 "${name}: of_pinned")
+  expect_between("${floor}" 0.001 10000 "${name}: pinned_GBps")
+  expect_between("${bandwidth}" 1000000 10000000000000 "${name}: bytes_per_second")
+endforeach()
+
 message("bench report checks passed: ${run_count} runs on ${bench_device}, gpu ${gpu}; ${rounds_run_count} runs in 3 rounds")
