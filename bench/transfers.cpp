@@ -189,10 +189,10 @@ double median(std::vector<double> v) {
   return *mid;
 }
 
-// The engine against the floor copy by copy (see the list at the top): pageable
-// memory through the engine, then pinned memory through the backend's own copy
-// (cudaMemcpyAsync on CUDA), each timed alone. The iteration time is the
-// engine's copy.
+// The engine against the floor copy by copy (see the list at the top): pinned
+// memory through the backend's own copy (cudaMemcpyAsync on CUDA), then
+// pageable memory through the engine, each timed alone. The iteration time is
+// the engine's copy.
 void run_interleaved(benchmark::State& state, device_id d, std::size_t n, direction dir) {
   auto& b = buffers_for(d, n);
   stream own{d};
