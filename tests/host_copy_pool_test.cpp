@@ -36,7 +36,7 @@ constexpr std::size_t MiB = 1024 * KiB;
 std::vector<std::byte> random_block(std::size_t n) {
   const auto bytes = random_bytes(n);
   std::vector<std::byte> out(n);
-  std::memcpy(out.data(), bytes.data(), n);
+  if (n > 0) std::memcpy(out.data(), bytes.data(), n);  // an empty vector's data() may be null
   return out;
 }
 
@@ -60,7 +60,7 @@ TEST(HostCopyPool, CopiesEveryByteAtManySizesOffsetsAndThreadCounts) {
     for (const int threads : {1, 2, 3, 8, 17}) {
       const std::size_t in = offset(rng());
       const std::size_t out = offset(rng());
-      const auto src = random_block(size + in);
+      const auto src = random_block(size + in + 1);  // never empty: its data() is a real pointer even for 0 bytes
       auto dst = random_block(size + out + 64);
       const auto before = dst;
       pool.copy(dst.data() + out, src.data() + in, size, threads);
