@@ -115,7 +115,7 @@ TYPED_TEST(caching_test, FreeMemoryOfAnotherStreamIsTakenAfterAnEvent) {
     const std::size_t bytes = 5 * MiB;
     void* p = r->allocate(bytes, first);
     const auto reserved = r->statistics().reserved_bytes;
-    device_sleep(first, std::chrono::milliseconds{30});
+    stream_latch hold{first};
     this->fill(first, p, bytes, fresh_seed());  // still to run when the memory is taken
     r->deallocate(p, bytes, first);
     void* q = r->allocate(bytes, second);
@@ -124,6 +124,7 @@ TYPED_TEST(caching_test, FreeMemoryOfAnotherStreamIsTakenAfterAnEvent) {
     EXPECT_EQ(r->statistics().stream_waits, 1U) << conf;
     const auto seed = fresh_seed();
     this->fill(second, q, bytes, seed);
+    hold.release();
     first.synchronize();
     EXPECT_TRUE(this->holds(second, q, bytes, seed)) << conf << ": the second stream wrote before the first was done";
     r->deallocate(q, bytes, second);
@@ -272,7 +273,7 @@ TYPED_TEST(caching_test, SnapshotParsesAndFollowsTheSchema) {
     r->deallocate(freed, 50000, s);
     void* pending = r->allocate(8000, s);
     r->record_stream(pending, other);
-    device_sleep(other, std::chrono::milliseconds{500});
+    stream_latch hold{other};
     r->deallocate(pending, 8000, s);
 
     const auto snap = r->snapshot();
@@ -307,8 +308,9 @@ TYPED_TEST(caching_test, SnapshotParsesAndFollowsTheSchema) {
     EXPECT_EQ(json["totals"]["free"].get<std::size_t>(), by_state["free"]);
     EXPECT_EQ(json["totals"]["pending"].get<std::size_t>(), by_state["pending"]);
     EXPECT_EQ(by_state["allocated"], 512U + 3 * MiB + 70144U);
-    EXPECT_GE(by_state["pending"], 8192U) << "the block used on the sleeping stream must be pending";
+    EXPECT_GE(by_state["pending"], 8192U) << "the block used on the held stream must be pending";
     EXPECT_THAT(labels, ::testing::Contains("weights, layer \"1\""));
+    hold.release();
     other.synchronize();
     for (auto [p, bytes] : live) r->deallocate(p, bytes, s);
   }

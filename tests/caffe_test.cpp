@@ -130,10 +130,10 @@ TEST(CaffeSyncedMemory, AsyncGpuPushIsSyncedOnlyWhenTheCopyIsDone) {
   SyncedMemory mem(n);
   std::memset(mem.mutable_cpu_data(), 3, n);
   stream s{compat::current()};
-  test::device_sleep(s, std::chrono::milliseconds{50});
+  test::stream_latch hold{s};
   mem.async_gpu_push(s);
   EXPECT_EQ(mem.head(), SyncedMemory::HEAD_AT_CPU);  // Caffe said SYNCED here
-  std::memset(mem.mutable_cpu_data(), 4, n);         // waits for the push
+  test::while_held(hold, [&] { std::memset(mem.mutable_cpu_data(), 4, n); });  // waits for the push
   EXPECT_EQ(mem.head(), SyncedMemory::HEAD_AT_CPU);
   EXPECT_EQ(gpu_read(mem.gpu_data(), n), std::vector<std::uint8_t>(n, 4));
   EXPECT_EQ(mem.head(), SyncedMemory::SYNCED);

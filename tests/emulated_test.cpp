@@ -139,11 +139,13 @@ TEST(Emulated, DeallocateWaitsForWorkInFlightLikeCudaFree) {
   stream s{device_id::emulated(0)};
   auto* d = static_cast<std::uint8_t*>(emu().allocate(0, n));
   std::vector<std::uint8_t> host(n);
-  test::device_sleep(s, std::chrono::milliseconds{50});
+  test::stream_latch hold{s};
   test::device_fill_pattern(s, d, n, seed);
   emu().memcpy_async(host.data(), d, n, 0, s.view().native_handle());
-  emu().deallocate(0, d, n);  // must not free before the copy ran
-  EXPECT_TRUE(s.ready());
+  EXPECT_TRUE(test::while_held(hold, [&] {
+    emu().deallocate(0, d, n);  // must not free before the copy ran
+    return s.ready();
+  }));
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], test::pattern_byte(seed, i));
 }
 
@@ -151,9 +153,10 @@ TEST(Emulated, StreamOrderedFreeRunsAfterEarlierWork) {
   const auto before = get_memory_info(device_id::emulated(0)).free;
   stream s{device_id::emulated(0)};
   void* d = emu().allocate_async(0, 4096, s.view().native_handle());
-  test::device_sleep(s, std::chrono::milliseconds{30});
+  test::stream_latch hold{s};
   emu().deallocate_async(0, d, s.view().native_handle());
   EXPECT_LT(get_memory_info(device_id::emulated(0)).free, before);
+  hold.release();
   s.synchronize();
   EXPECT_EQ(get_memory_info(device_id::emulated(0)).free, before);
 }

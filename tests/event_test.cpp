@@ -35,9 +35,10 @@ TYPED_TEST(Events, NeverRecordedIsReady) {
 TYPED_TEST(Events, RecordThenSynchronize) {
   stream s{this->dev()};
   event e{this->dev()};
-  test::device_sleep(s, std::chrono::milliseconds{100});
+  test::stream_latch hold{s};
   e.record(s);
   EXPECT_FALSE(e.ready());
+  hold.release();
   e.synchronize();
   EXPECT_TRUE(e.ready());
 }
@@ -46,13 +47,14 @@ TYPED_TEST(Events, ReadyRefersToTheLatestRecord) {
   stream busy{this->dev()};
   stream idle{this->dev()};
   event e{this->dev()};
-  test::device_sleep(busy, std::chrono::milliseconds{200});
+  test::stream_latch hold{busy};
   e.record(busy);
   EXPECT_FALSE(e.ready());
   e.record(idle);
   e.synchronize();  // waits for the record on idle only
   EXPECT_TRUE(e.ready());
   EXPECT_FALSE(busy.ready());
+  hold.release();
   busy.synchronize();
 }
 
@@ -93,15 +95,17 @@ TYPED_TEST(Events, AWaitHoldsOnToTheRecordItSaw) {
   stream idle{this->dev()};
   event e{this->dev()};
   std::atomic<bool> slow_done{false};
-  test::device_sleep(slow, std::chrono::milliseconds{100});
+  test::stream_latch hold{slow};
   slow.launch_host_func([&slow_done] { slow_done = true; });
   e.record(slow);
   waiting.wait(e);
   e.record(idle);  // completes at once
   std::atomic<bool> saw_slow_done{false};
   waiting.launch_host_func([&] { saw_slow_done = slow_done.load(); });
-  waiting.synchronize();
-  EXPECT_TRUE(saw_slow_done.load());
+  EXPECT_TRUE(test::while_held(hold, [&] {
+    waiting.synchronize();
+    return saw_slow_done.load();
+  }));
   slow.synchronize();
 }
 

@@ -1,5 +1,7 @@
 #include "device_ops.hpp"
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "common/backend.hpp"
@@ -37,6 +39,41 @@ void device_add_bytes(stream_view s, void* p, std::size_t bytes, std::uint8_t de
 void device_sleep(stream_view s, std::chrono::microseconds duration) {
   if (s.device().kind() == device_kind::cuda) return cuda_ops::sleep(s, duration);
   s.launch_host_func([duration] { std::this_thread::sleep_for(duration); });
+}
+
+struct stream_latch::state {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool open = false;
+  bool reached = false;
+  bool timed_out = false;
+};
+
+stream_latch::stream_latch(stream_view s, std::chrono::seconds limit) : state_{std::make_shared<state>()} {
+  s.launch_host_func([st = state_, limit] {
+    std::unique_lock lock{st->mutex};
+    st->reached = true;
+    st->changed.notify_all();
+    st->timed_out = !st->changed.wait_for(lock, limit, [&] { return st->open; });
+  });
+}
+
+stream_latch::~stream_latch() { release(); }
+
+void stream_latch::release() {
+  std::lock_guard lock{state_->mutex};
+  state_->open = true;
+  state_->changed.notify_all();
+}
+
+bool stream_latch::reached() const {
+  std::lock_guard lock{state_->mutex};
+  return state_->reached;
+}
+
+bool stream_latch::timed_out() const {
+  std::lock_guard lock{state_->mutex};
+  return state_->timed_out;
 }
 
 }  // namespace syncmem::test

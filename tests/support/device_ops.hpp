@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <vector>
 
 #include "syncmem/stream.hpp"
@@ -16,8 +18,40 @@ namespace syncmem::test {
 void device_fill_pattern(stream_view s, void* p, std::size_t bytes, std::uint64_t seed);
 // Adds `delta` to each byte of p[0, bytes) in stream order (a read-modify-write).
 void device_add_bytes(stream_view s, void* p, std::size_t bytes, std::uint8_t delta);
-// Keeps the stream busy for about `duration`, to widen race windows.
+// Keeps the stream busy for about `duration`, to widen race windows (for
+// stress, never to decide an outcome: use stream_latch for that).
 void device_sleep(stream_view s, std::chrono::microseconds duration);
+
+// Holds a stream at a point of its order, on a host-side latch: until
+// release(), the work enqueued on it after the latch is certainly still
+// queued, on any machine and under any tool. Released at destruction too. A
+// latch never released lets go after `limit` and says so (timed_out), so
+// that a broken test fails instead of hanging.
+class stream_latch;
+
+// Runs `f` on another thread while `hold` keeps its stream, and lets the
+// stream go once `f` has returned or has been blocked a while; returns what
+// `f` returned. Whether `f` saw the held work is decided by what it returns,
+// never by the time it took.
+template <class F>
+auto while_held(stream_latch& hold, F f);
+
+class stream_latch {
+ public:
+  explicit stream_latch(stream_view s, std::chrono::seconds limit = std::chrono::seconds{120});
+  ~stream_latch();
+  stream_latch(const stream_latch&) = delete;
+  stream_latch& operator=(const stream_latch&) = delete;
+
+  void release();
+  // Whether the stream has reached the latch (the work before it is done).
+  [[nodiscard]] bool reached() const;
+  [[nodiscard]] bool timed_out() const;
+
+ private:
+  struct state;
+  std::shared_ptr<state> state_;
+};
 // Reads n bytes of device memory into host memory, in order on s (pageable
 // memory through the backend's own copy: complete when it returns).
 [[nodiscard]] std::vector<std::uint8_t> read_device(stream_view s, const void* p, std::size_t n);
@@ -28,5 +62,13 @@ void fill_pattern(stream_view s, void* p, std::size_t bytes, std::uint64_t seed)
 void add_bytes(stream_view s, void* p, std::size_t bytes, std::uint8_t delta);
 void sleep(stream_view s, std::chrono::microseconds duration);
 }  // namespace cuda_ops
+
+template <class F>
+auto while_held(stream_latch& hold, F f) {
+  auto result = std::async(std::launch::async, std::move(f));
+  (void)result.wait_for(std::chrono::milliseconds{100});
+  hold.release();
+  return result.get();
+}
 
 }  // namespace syncmem::test
