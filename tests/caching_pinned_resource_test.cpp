@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -174,13 +175,14 @@ TYPED_TEST(CachingPinned, FreedBlockIsReusedOnlyAfterItsCopyCompleted) {
 
   void* a = r.allocate(n, s);
   fill_host(a, n, seed);
-  device_sleep(s, std::chrono::milliseconds{50});  // the copy stays queued
+  stream_latch hold{s};  // the copy stays queued
   backend_copy(d.p, a, n, s);
   r.deallocate(a, n, s);
 
   void* b = r.allocate(n, s);
   std::memset(b, 0xA5, n);  // a host write at once, as any user of pinned memory may do
   EXPECT_NE(a, b);
+  hold.release();
   EXPECT_TRUE(holds_pattern(memory_kind::device, s, d.p, n, seed));
 
   r.deallocate(b, n, s);
@@ -204,7 +206,7 @@ TYPED_TEST(CachingPinned, RecordedStreamsDelayReuseToo) {
 
   void* a = r.allocate(n, idle);
   fill_host(a, n, seed);
-  device_sleep(busy, std::chrono::milliseconds{50});
+  stream_latch hold{busy};
   backend_copy(d.p, a, n, busy);
   r.record_stream(a, busy);
   r.record_stream(a, busy);  // declaring twice is one use
@@ -213,6 +215,7 @@ TYPED_TEST(CachingPinned, RecordedStreamsDelayReuseToo) {
   void* b = r.allocate(n, idle);
   std::memset(b, 0x5A, n);
   EXPECT_NE(a, b);
+  hold.release();
   EXPECT_TRUE(holds_pattern(memory_kind::device, busy, d.p, n, seed));
   r.deallocate(b, n, idle);
   idle.synchronize();
@@ -238,13 +241,35 @@ TYPED_TEST(CachingPinned, HostOnlyFreeIsReusableAtOnce) {
   // With a recorded stream, the host-only free still waits for that stream.
   stream busy{this->dev()};
   void* b = r.allocate(5000, s);
-  device_sleep(busy, std::chrono::milliseconds{30});
+  stream_latch hold{busy};
   r.record_stream(b, busy);
   r.deallocate_host_only(b, 5000);
   void* c = r.allocate(5000, s);
   EXPECT_NE(c, b);
   r.deallocate_host_only(c, 5000);
+  hold.release();
   busy.synchronize();
+}
+
+// A stream declared with record_stream and destroyed since finished its work:
+// it holds the block no longer, and a new stream that got its handle (as
+// emulated devices usually give) is another stream, whose work does not hold it.
+TYPED_TEST(CachingPinned, ARecordedStreamDestroyedSinceHoldsNothing) {
+  mr::caching_pinned_resource r{this->kind};
+  stream own{this->dev()};
+  const std::size_t n = 4096 + rng()() % (64 * KiB);
+  void* a = r.allocate(n, own);
+  std::optional<stream> recorded{std::in_place, this->dev()};
+  r.record_stream(a, *recorded);
+  recorded.reset();
+  stream successor{this->dev()};
+  stream_latch hold{successor};  // nothing of the block's is queued here
+  r.deallocate(a, n, own);
+  own.synchronize();
+  void* again = r.allocate(n, own);
+  EXPECT_EQ(again, a) << "the block waited for a stream that merely got the handle of one it was used on";
+  hold.release();
+  r.deallocate(again, n, own);
 }
 
 TYPED_TEST(CachingPinned, StatisticsAddUp) {

@@ -105,8 +105,9 @@ TYPED_TEST(Streams, CopiesAndDeviceWorkStayInOrder) {
 TYPED_TEST(Streams, ReadyReflectsPendingWork) {
   stream s{this->dev()};
   EXPECT_TRUE(s.ready());
-  test::device_sleep(s, std::chrono::milliseconds{100});
+  test::stream_latch hold{s};
   EXPECT_FALSE(s.ready());
+  hold.release();
   s.synchronize();
   EXPECT_TRUE(s.ready());
 }
@@ -151,6 +152,35 @@ TYPED_TEST(Streams, DestroyingAStreamWaitsForItsWorkAndEndsItsLiveness) {
   EXPECT_TRUE(alive.expired());
   // Streams syncmem does not own have no token (an empty one): they are assumed alive.
   EXPECT_TRUE(detail::stream_liveness(default_stream(this->dev())).expired());
+}
+
+// A remembered stream is its handle and its liveness: a new stream that gets
+// the handle of a destroyed one is not it.
+TYPED_TEST(Streams, AnIdentityTellsANewStreamFromADestroyedOneWithItsHandle) {
+  detail::stream_identity id;
+  EXPECT_FALSE(id.usable());
+  CUstream_st* dead = nullptr;
+  {
+    stream a{this->dev()};
+    id.remember(a);
+    EXPECT_TRUE(id.usable());
+    EXPECT_TRUE(id.is(a));
+    EXPECT_EQ(id.view(), a.view());
+    dead = a.view().native_handle();
+  }
+  EXPECT_FALSE(id.usable());
+  stream b{this->dev()};
+  EXPECT_FALSE(id.is(b)) << (b.view().native_handle() == dead ? "b got a's handle" : "b got a new handle");
+  id.remember(b);
+  EXPECT_TRUE(id.is(b));
+  EXPECT_FALSE(id.is(default_stream(this->dev())));
+  // Streams syncmem does not own are told by handle, and assumed alive.
+  id.remember(default_stream(this->dev()));
+  EXPECT_TRUE(id.usable());
+  EXPECT_TRUE(id.is(default_stream(this->dev())));
+  id.forget();
+  EXPECT_FALSE(id.usable());
+  EXPECT_FALSE(id.is(default_stream(this->dev())));
 }
 
 TYPED_TEST(Streams, ManyThreadsManyStreams) {
@@ -201,12 +231,13 @@ TEST(EmulatedStreams, EmptyHostFunctionIsRefused) {
 TEST(EmulatedStreams, StreamsOfTwoDevicesRunIndependently) {
   stream slow{device_id::emulated(0)};
   stream fast{device_id::emulated(1)};
-  test::device_sleep(slow, std::chrono::milliseconds{200});
+  test::stream_latch hold{slow};
   bool ran = false;
   fast.launch_host_func([&ran] { ran = true; });
   fast.synchronize();
   EXPECT_TRUE(ran);
   EXPECT_FALSE(slow.ready());
+  hold.release();
   slow.synchronize();
 }
 

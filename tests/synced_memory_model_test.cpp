@@ -12,12 +12,15 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <vector>
 
 #include "common/backend.hpp"
+#include "common/deferred_release.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -103,6 +106,7 @@ struct model {
           }
         }
         bytes.resize(n, 0);  // the tail reads as zeros (zero_fill)
+        if (n == 0) state = sync_state::uninitialized;  // an empty buffer holds no contents
       }
       return true;
     }
@@ -144,22 +148,63 @@ struct model {
   }
 };
 
-// Memory a sequence lends to the buffer, freed by the keep-alive.
-std::shared_ptr<void> lend_host(std::size_t n, bool pinned, device_id device) {
-  if (!pinned) return std::shared_ptr<void>{::operator new(std::max<std::size_t>(n, 1)), [](void* p) { ::operator delete(p); }};
-  auto& backend = detail::backend_for(device);
-  void* p = backend.allocate_pinned(std::max<std::size_t>(n, 1), 0);
-  return std::shared_ptr<void>{p, [&backend, n](void* q) { backend.deallocate_pinned(q, n); }};
-}
+// Memory a sequence lends to the buffer. Its keep-alive poisons it when let
+// go, so that any later access by the library shows as wrong bytes, and hands
+// it to a quarantine freed only when the sequence ends.
+class lender {
+ public:
+  explicit lender(device_id device) : device_{device} {}
+  lender(const lender&) = delete;
+  lender& operator=(const lender&) = delete;
+  ~lender() {
+    detail::drain_deferred_releases();
+    std::lock_guard lock{mutex_};
+    for (auto& free : quarantine_) free();
+  }
 
-std::shared_ptr<void> lend_device(std::size_t n, device_id device) {
-  device_guard guard{device};
-  void* p = detail::backend_for(device).allocate(device.index(), std::max<std::size_t>(n, 1));
-  return std::shared_ptr<void>{p, [device, n](void* q) {
-                                 device_guard g{device};
-                                 detail::backend_for(device).deallocate(device.index(), q, n);
-                               }};
-}
+  std::shared_ptr<void> host(std::size_t n, bool pinned) {
+    const std::size_t bytes = std::max<std::size_t>(n, 1);
+    auto& backend = detail::backend_for(device_);
+    void* p = pinned ? backend.allocate_pinned(bytes, 0) : ::operator new(bytes);
+    return std::shared_ptr<void>{p, [this, bytes, pinned, &backend](void* q) {
+                                   std::memset(q, 0xEE, bytes);
+                                   quarantine([=, &backend] {
+                                     if (pinned) {
+                                       backend.deallocate_pinned(q, bytes);
+                                     } else {
+                                       ::operator delete(q);
+                                     }
+                                   });
+                                 }};
+  }
+
+  std::shared_ptr<void> device(std::size_t n) {
+    const std::size_t bytes = std::max<std::size_t>(n, 1);
+    device_guard guard{device_};
+    void* p = detail::backend_for(device_).allocate(device_.index(), bytes);
+    return std::shared_ptr<void>{p, [this, bytes](void* q) {
+                                   device_guard g{device_};
+                                   auto& backend = detail::backend_for(device_);
+                                   const auto s = default_stream(device_);
+                                   backend.memset_async(q, 0xEE, bytes, device_.index(), s.native_handle());
+                                   s.synchronize();
+                                   quarantine([this, q, bytes] {
+                                     device_guard g2{device_};
+                                     detail::backend_for(device_).deallocate(device_.index(), q, bytes);
+                                   });
+                                 }};
+  }
+
+ private:
+  void quarantine(std::function<void()> free) {
+    std::lock_guard lock{mutex_};
+    quarantine_.push_back(std::move(free));
+  }
+
+  device_id device_;
+  std::mutex mutex_;
+  std::vector<std::function<void()>> quarantine_;
+};
 
 void write_device(stream_view s, void* p, const std::uint8_t* src, std::size_t n) {
   if (n == 0) return;
@@ -189,6 +234,7 @@ int sequences_for(device_kind kind) {
 
 // One random sequence on `device`. Returns a description of the failure, or "".
 void run_sequence(device_id device, std::mt19937_64& random, std::ostringstream& log) {
+  lender lend{device};  // outlives the buffer: its memory is freed after the last release
   std::vector<stream> streams;
   for (int i = 0; i < 3; ++i) streams.emplace_back(device);
   auto pick_stream = [&]() -> stream_view {
@@ -218,7 +264,7 @@ void run_sequence(device_id device, std::mt19937_64& random, std::ostringstream&
 
   const int steps = 10 + static_cast<int>(random() % 30);
   for (int step = 0; step < steps; ++step) {
-    const auto op = random() % 15;
+    const auto op = random() % 16;
     log << "; ";
     switch (op) {
       case 0: {  // host read
@@ -298,7 +344,7 @@ void run_sequence(device_id device, std::mt19937_64& random, std::ostringstream&
         const auto n = size_of();
         const bool pinned = random() % 2 == 0;
         log << "borrow_host(" << n << (pinned ? ", pinned)" : ", pageable)");
-        auto memory = lend_host(n, pinned, device);
+        auto memory = lend.host(n, pinned);
         auto* p = static_cast<std::uint8_t*>(memory.get());
         std::vector<std::uint8_t> contents(n);
         for (auto& b : contents) b = static_cast<std::uint8_t>(random());
@@ -315,7 +361,7 @@ void run_sequence(device_id device, std::mt19937_64& random, std::ostringstream&
       case 11: {
         const auto n = size_of();
         log << "borrow_device(" << n << ")";
-        auto memory = lend_device(n, device);
+        auto memory = lend.device(n);
         std::vector<std::uint8_t> contents(n);
         for (auto& b : contents) b = static_cast<std::uint8_t>(random());
         write_device(default_stream(device), memory.get(), contents.data(), n);
@@ -344,6 +390,13 @@ void run_sequence(device_id device, std::mt19937_64& random, std::ostringstream&
         synced_memory moved = std::move(*buffer);
         ASSERT_THROW((void)buffer->host_data(), logic_error);
         *buffer = std::move(moved);
+        break;
+      }
+      case 14: {  // a stream destroyed and made anew: it may get the same handle, yet is another stream
+        const auto k = random() % streams.size();
+        log << "recycle_stream(" << k << ")";
+        { stream dead = std::move(streams[k]); }
+        streams[k] = stream{device};
         break;
       }
       default: {

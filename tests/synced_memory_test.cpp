@@ -8,9 +8,13 @@
 
 #include <atomic>
 #include <cstring>
+#include <future>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "common/backend.hpp"
+#include "common/deferred_release.hpp"
 #include "device_ops.hpp"
 #include "common/mr/default_host_resource.hpp"
 #include "pattern.hpp"
@@ -41,6 +45,49 @@ std::vector<std::uint8_t> host_bytes(synced_memory& m) {
   const auto* p = static_cast<const std::uint8_t*>(m.host_data());
   return {p, p + m.size()};
 }
+
+using test::while_held;
+
+// Device memory lent to a buffer. Its keep-alive poisons the memory when it is
+// let go (so that a late access by the library is seen as wrong bytes) and
+// records that it was; the memory itself is freed with this object.
+class lent_device_memory {
+ public:
+  lent_device_memory(device_id device, const std::vector<std::uint8_t>& contents)
+      : device_{device}, bytes_{contents.size()} {
+    device_guard guard{device};
+    auto& backend = detail::backend_for(device);
+    p_ = backend.allocate(device.index(), bytes_);
+    backend.memcpy_async(p_, contents.data(), bytes_, device.index(), default_stream(device).native_handle());
+    default_stream(device).synchronize();
+  }
+  ~lent_device_memory() {
+    detail::drain_deferred_releases();
+    device_guard guard{device_};
+    detail::backend_for(device_).deallocate(device_.index(), p_, bytes_);
+  }
+  lent_device_memory(const lent_device_memory&) = delete;
+  lent_device_memory& operator=(const lent_device_memory&) = delete;
+
+  [[nodiscard]] void* get() const { return p_; }
+  [[nodiscard]] bool released() const { return released_->load(); }
+  [[nodiscard]] std::shared_ptr<void> keep_alive() {
+    return std::shared_ptr<void>{p_, [device = device_, n = bytes_, released = released_](void* p) {
+                                   device_guard guard{device};
+                                   detail::backend_for(device).memset_async(p, 0xEE, n, device.index(),
+                                                                            default_stream(device).native_handle());
+                                   default_stream(device).synchronize();
+                                   released->store(true);
+                                 }};
+  }
+  [[nodiscard]] std::vector<std::uint8_t> contents() const { return read_device(default_stream(device_), p_, bytes_); }
+
+ private:
+  device_id device_;
+  std::size_t bytes_;
+  void* p_ = nullptr;
+  std::shared_ptr<std::atomic<bool>> released_ = std::make_shared<std::atomic<bool>>(false);
+};
 
 // A host resource that counts what it has handed out and not yet taken back.
 class counting_resource final : public mr::memory_resource {
@@ -125,9 +172,9 @@ TYPED_TEST(SyncedMemory, HostAccessAfterAnAsyncDeviceWriteWaitsForIt) {
   stream s{this->dev()};
   synced_memory m{n, this->dev(), {.label = "activations"}};
   void* d = m.mutable_device_data(s);
-  test::device_sleep(s, std::chrono::milliseconds{50});
+  test::stream_latch hold{s};
   test::device_fill_pattern(s, d, n, seed);
-  EXPECT_EQ(host_bytes(m), pattern(seed, n));  // no explicit synchronisation
+  EXPECT_EQ(while_held(hold, [&] { return host_bytes(m); }), pattern(seed, n));  // no explicit synchronisation
   EXPECT_EQ(m.state(), sync_state::synced);
 }
 
@@ -139,12 +186,11 @@ TYPED_TEST(SyncedMemory, DeviceAccessOnAnotherStreamIsOrderedAfterTheLast) {
   stream b{this->dev()};
   synced_memory m{n, this->dev()};
   void* d = m.mutable_device_data(a);
-  test::device_sleep(a, std::chrono::milliseconds{50});
+  test::stream_latch hold{a};
   test::device_fill_pattern(a, d, n, seed);
-  const void* on_b = m.device_data(b);  // b waits on a's work, the host does not
+  const void* on_b = m.device_data(b);  // b waits on a's work, the host does not (a is held)
   EXPECT_EQ(on_b, d);
-  EXPECT_FALSE(a.ready());  // the host was not blocked
-  EXPECT_EQ(read_device(b, on_b, n), pattern(seed, n));
+  EXPECT_EQ(while_held(hold, [&] { return read_device(b, on_b, n); }), pattern(seed, n));
   // And a write on b then a read on a: a waits for b.
   test::device_sleep(b, std::chrono::milliseconds{30});
   test::device_add_bytes(b, m.mutable_device_data(b), n, 7);
@@ -160,27 +206,20 @@ TYPED_TEST(SyncedMemory, PrefetchesDoNotBlockAndAreNeverClaimedSyncedEarly) {
   stream s{this->dev()};
   synced_memory m{n, this->dev()};
   std::memcpy(m.mutable_host_data(), pattern(seed, n).data(), n);
-  // Under compute-sanitizer kernel launches are synchronous: the state is
-  // checked only while the sleep has certainly not yet ended.
-  auto sleeping_since = std::chrono::steady_clock::now();
-  const auto still_sleeping = [&] {
-    return std::chrono::steady_clock::now() - sleeping_since < std::chrono::milliseconds{50};
-  };
-  test::device_sleep(s, std::chrono::milliseconds{100});
-  m.prefetch_to_device(s);
-  if (still_sleeping()) {
+  {
+    test::stream_latch hold{s};
+    m.prefetch_to_device(s);
     EXPECT_FALSE(m.ready());
-    EXPECT_EQ(m.state(), sync_state::at_host);  // not synced while the copy waits behind the sleep
+    EXPECT_EQ(m.state(), sync_state::at_host);  // not synced while the copy is held back
   }
   m.synchronize();
   EXPECT_TRUE(m.ready());
   EXPECT_EQ(m.state(), sync_state::synced);
 
   test::device_add_bytes(s, m.mutable_device_data(s), n, 1);
-  sleeping_since = std::chrono::steady_clock::now();
-  test::device_sleep(s, std::chrono::milliseconds{100});
-  m.prefetch_to_host(s);
-  if (still_sleeping()) {
+  {
+    test::stream_latch hold{s};
+    m.prefetch_to_host(s);
     EXPECT_FALSE(m.ready());
     EXPECT_EQ(m.state(), sync_state::at_device);
   }
@@ -202,12 +241,69 @@ TYPED_TEST(SyncedMemory, ADeviceAccessIsSyncedInStreamOrderAtOnce) {
   stream s{this->dev()};
   synced_memory m{n, this->dev()};
   std::memcpy(m.mutable_host_data(), pattern(seed, n).data(), n);
-  test::device_sleep(s, std::chrono::milliseconds{50});
+  test::stream_latch hold{s};
   const void* d = m.device_data(s);
   EXPECT_EQ(m.state(), sync_state::synced);
-  EXPECT_FALSE(m.ready());  // the upload waits behind the sleep
-  std::memset(m.mutable_host_data(), 0, n);  // waits for the upload
+  EXPECT_FALSE(m.ready());  // the upload is held back
+  while_held(hold, [&] { std::memset(m.mutable_host_data(), 0, n); });  // waits for the upload
   EXPECT_EQ(read_device(s, d, n), pattern(seed, n));
+}
+
+// A prefetch alone is not claimed synced before its copy completes; a device
+// access after it is: its pointer is up to date in order on its stream.
+TYPED_TEST(SyncedMemory, ADeviceAccessAfterAPrefetchIsSyncedAtOnce) {
+  const std::size_t n = 4096 + test::rng()() % 4096;
+  const auto seed = test::fresh_seed();
+  stream s{this->dev()};
+  synced_memory m{n, this->dev()};
+  std::memcpy(m.mutable_host_data(), pattern(seed, n).data(), n);
+  test::stream_latch hold{s};
+  m.prefetch_to_device(s);
+  EXPECT_EQ(m.state(), sync_state::at_host);
+  const void* d = m.device_data(s);
+  EXPECT_EQ(m.state(), sync_state::synced);
+  EXPECT_FALSE(m.ready());
+  hold.release();
+  EXPECT_EQ(read_device(s, d, n), pattern(seed, n));
+  EXPECT_EQ(m.counters().to_device_copies, 1U);
+}
+
+// The state may be asked from several threads at once while copies complete
+// (the TSan build checks that this is race-free).
+TYPED_TEST(SyncedMemory, StateMayBeAskedFromManyThreadsWhileCopiesComplete) {
+  const std::size_t n = 1 << 16;
+  stream s{this->dev()};
+  synced_memory m{n, this->dev()};
+  std::memcpy(m.mutable_host_data(), test::random_bytes(n).data(), n);
+  for (int round = 0; round < 4; ++round) {
+    test::stream_latch hold{s};
+    if (round % 2 == 0) {
+      (void)m.mutable_host_data();
+      m.prefetch_to_device(s);
+    } else {
+      (void)m.mutable_device_data(s);
+      m.prefetch_to_host(s);
+    }
+    const sync_state before = m.state();
+    std::atomic<int> saw_synced{0};
+    std::vector<std::thread> askers;
+    for (int t = 0; t < 4; ++t) {
+      askers.emplace_back([&] {
+        for (;;) {
+          const sync_state now = m.state();
+          (void)m.ready();
+          (void)m.size();
+          if (now == sync_state::synced) break;
+          EXPECT_EQ(now, before);
+        }
+        ++saw_synced;
+      });
+    }
+    hold.release();
+    for (auto& t : askers) t.join();
+    EXPECT_EQ(saw_synced.load(), 4);
+    EXPECT_TRUE(m.ready());
+  }
 }
 
 TYPED_TEST(SyncedMemory, AStreamDestroyedAfterUseIsNotUsedAgain) {
@@ -223,6 +319,90 @@ TYPED_TEST(SyncedMemory, AStreamDestroyedAfterUseIsNotUsedAgain) {
   EXPECT_EQ(host_bytes(m), pattern(seed, n));
   stream other{this->dev()};
   EXPECT_EQ(read_device(other, m.device_data(other), n), pattern(seed, n));
+}
+
+// A stream that gets the handle of a destroyed stream is a different stream:
+// the buffer orders host reads, and reads on a third stream, after its work.
+TYPED_TEST(SyncedMemory, AStreamWithADestroyedStreamsHandleIsOrdered) {
+  const std::size_t n = 1 << 14;
+  for (int reader = 0; reader < 2; ++reader) {
+    const auto seed = test::fresh_seed();
+    synced_memory m{n, this->dev(), {.label = "reused-handle"}};
+    CUstream_st* dead = nullptr;
+    {
+      stream a{this->dev()};
+      (void)m.mutable_device_data(a);
+      dead = a.view().native_handle();
+    }
+    stream b{this->dev()};  // on emulated devices it usually gets a's handle
+    if (b.view().native_handle() == dead) ::testing::Test::RecordProperty("handle_reused", "yes");
+    void* d = m.mutable_device_data(b);
+    test::stream_latch hold{b};
+    test::device_fill_pattern(b, d, n, seed);
+    if (reader == 0) {
+      EXPECT_EQ(while_held(hold, [&] { return host_bytes(m); }), pattern(seed, n));
+    } else {
+      stream c{this->dev()};
+      EXPECT_EQ(while_held(hold, [&] { return read_device(c, m.device_data(c), n); }), pattern(seed, n));
+    }
+  }
+}
+
+// Borrowed memory is let go only after the work the library enqueued on it:
+// the copy out of it when growing past it, a clone's copy, a zero fill.
+TYPED_TEST(SyncedMemory, BorrowedMemoryIsLetGoOnlyAfterTheWorkQueuedOnIt) {
+  const std::size_t n = 4096 + test::rng()() % 4096;
+  const auto seed = test::fresh_seed();
+  stream s{this->dev()};
+  {  // growing past it with move_to_owned
+    lent_device_memory lent{this->dev(), pattern(seed, n)};
+    synced_memory m{0, this->dev(), {.label = "grow", .on_borrowed_growth = borrow_policy::move_to_owned}};
+    m.borrow_device(lent.get(), n, lent.keep_alive());
+    (void)m.device_data(s);
+    {
+      test::stream_latch hold{s};
+      m.resize(2 * n);  // the copy out of the borrowed memory waits behind the latch
+      EXPECT_FALSE(m.device_borrowed());
+      EXPECT_FALSE(lent.released()) << "let go while the copy out of it was still queued";
+    }
+    auto expected = pattern(seed, n);
+    expected.resize(2 * n, 0);
+    EXPECT_EQ(host_bytes(m), expected);
+    detail::drain_deferred_releases();
+    EXPECT_TRUE(lent.released());
+  }
+  {  // a clone's copy out of it, the source destroyed at once
+    lent_device_memory lent{this->dev(), pattern(seed, n)};
+    std::optional<synced_memory> source{std::in_place, 0, this->dev(), synced_memory_options{.label = "source"}};
+    source->borrow_device(lent.get(), n, lent.keep_alive());
+    (void)source->device_data(s);
+    std::optional<synced_memory> copy;
+    {
+      test::stream_latch hold{s};
+      copy.emplace(source->clone());
+      source.reset();
+      EXPECT_FALSE(lent.released()) << "let go while the clone's copy was still queued";
+    }
+    EXPECT_EQ(host_bytes(*copy), pattern(seed, n));
+    detail::drain_deferred_releases();
+    EXPECT_TRUE(lent.released());
+  }
+  {  // a zero fill into it, the buffer destroyed at once
+    lent_device_memory lent{this->dev(), pattern(seed, n)};
+    std::optional<synced_memory> m{std::in_place, 0, this->dev(), synced_memory_options{.label = "fill"}};
+    m->borrow_device(lent.get(), n, lent.keep_alive());
+    m->resize(n / 2);
+    (void)m->device_data(s);
+    {
+      test::stream_latch hold{s};
+      m->resize(n);  // zero-fills the tail in order on s
+      m.reset();
+      EXPECT_FALSE(lent.released()) << "let go while the zero fill into it was still queued";
+    }
+    detail::drain_deferred_releases();
+    ASSERT_TRUE(lent.released());
+    EXPECT_EQ(lent.contents(), std::vector<std::uint8_t>(n, 0xEE)) << "the library wrote after letting go";
+  }
 }
 
 TYPED_TEST(SyncedMemory, AStreamOfAnotherDeviceIsAClearError) {
@@ -358,6 +538,7 @@ TYPED_TEST(SyncedMemory, GrowingPastBorrowedMemoryThrowsOrMovesWithoutLeaking) {
     EXPECT_TRUE(strict.host_borrowed());
     EXPECT_EQ(host_bytes(strict), pattern(seed, n));
   }
+  detail::drain_deferred_releases();  // let go in stream order, after the work queued on it
   EXPECT_EQ(released.load(), 1);
 
   counting_resource host;
@@ -371,6 +552,7 @@ TYPED_TEST(SyncedMemory, GrowingPastBorrowedMemoryThrowsOrMovesWithoutLeaking) {
                         {.label = "owned", .on_borrowed_growth = borrow_policy::move_to_owned, .host_resource = &host}};
     owned.borrow_host(raw->data(), n, std::move(keep));
     owned.resize(n * 4);
+    detail::drain_deferred_releases();
     EXPECT_EQ(released.load(), 2);  // MixMemory leaked here; we let go of the borrowed memory
     EXPECT_FALSE(owned.host_borrowed());
     EXPECT_EQ(host.live.load(), 1);
@@ -425,7 +607,7 @@ TYPED_TEST(SyncedMemory, CaffeHostWriteRightAfterAsyncPushDoesNotRace) {
   stream s{this->dev()};
   synced_memory m{n, this->dev()};
   std::memcpy(m.mutable_host_data(), pattern(old_seed, n).data(), n);
-  test::device_sleep(s, std::chrono::milliseconds{50});
+  test::stream_latch hold{s};
   m.prefetch_to_device(s);  // async_gpu_push
   EXPECT_NE(m.state(), sync_state::synced);
   // What the push delivered, captured in stream order right behind it.
@@ -433,7 +615,7 @@ TYPED_TEST(SyncedMemory, CaffeHostWriteRightAfterAsyncPushDoesNotRace) {
   auto& backend = detail::backend_for(this->dev());
   void* snapshot = backend.allocate(this->dev().index(), n);
   backend.memcpy_async(snapshot, m.device_data(s), n, this->dev().index(), s.view().native_handle());
-  std::memcpy(m.mutable_host_data(), pattern(new_seed, n).data(), n);  // must wait for the push
+  while_held(hold, [&] { std::memcpy(m.mutable_host_data(), pattern(new_seed, n).data(), n); });  // waits for the push
   EXPECT_EQ(read_device(s, snapshot, n), pattern(old_seed, n));
   EXPECT_EQ(read_device(s, m.device_data(s), n), pattern(new_seed, n));
   backend.deallocate(this->dev().index(), snapshot, n);
@@ -488,13 +670,45 @@ TYPED_TEST(SyncedMemory, CloneIsDeepAndIndependent) {
   EXPECT_EQ(host_bytes(c), expected);
 }
 
-TYPED_TEST(SyncedMemory, EmptyBuffersAreHarmless) {
+// An empty buffer holds no contents: it is uninitialized whatever is asked of
+// it, and every accessor gives null, also after a resize to 0 (which keeps the
+// memory for later growth) and after borrowing 0 bytes.
+TYPED_TEST(SyncedMemory, EmptyBuffersAreUninitializedAndGiveNull) {
+  auto expect_empty = [](synced_memory& m) {
+    const auto before = m.counters();
+    EXPECT_EQ(m.host_data(), nullptr);
+    EXPECT_EQ(m.state(), sync_state::uninitialized);
+    EXPECT_EQ(m.mutable_host_data(), nullptr);
+    EXPECT_EQ(m.state(), sync_state::uninitialized);
+    EXPECT_EQ(m.device_data(), nullptr);
+    EXPECT_EQ(m.mutable_device_data(), nullptr);
+    m.prefetch_to_device();
+    m.prefetch_to_host();
+    EXPECT_EQ(m.state(), sync_state::uninitialized);
+    EXPECT_EQ(m.counters(), before);
+  };
   synced_memory m{0, this->dev()};
-  EXPECT_EQ(m.host_data(), nullptr);
-  EXPECT_EQ(m.device_data(), nullptr);
-  (void)m.mutable_host_data();
+  expect_empty(m);
   m.resize(100);
   EXPECT_EQ(host_bytes(m), std::vector<std::uint8_t>(100, 0));
+
+  const std::size_t n = 1 + test::rng()() % 5000;
+  const auto bytes = test::random_bytes(n);
+  synced_memory shrunk{n, this->dev()};
+  std::memcpy(shrunk.mutable_host_data(), bytes.data(), n);
+  (void)shrunk.device_data();
+  shrunk.resize(0);
+  expect_empty(shrunk);
+  EXPECT_EQ(shrunk.capacity(), n);
+  shrunk.resize(n);  // the contents went with the size: the tail reads as zeros
+  EXPECT_EQ(host_bytes(shrunk), std::vector<std::uint8_t>(n, 0));
+  EXPECT_EQ(shrunk.counters().to_device_copies, 1U);
+
+  synced_memory borrowed{16, this->dev()};
+  (void)borrowed.mutable_host_data();
+  std::vector<std::uint8_t> nothing(8);
+  borrowed.borrow_host(nothing.data(), 0);
+  expect_empty(borrowed);
   synced_memory d{};
   EXPECT_TRUE(d.empty());
 }

@@ -231,6 +231,14 @@ TYPED_TEST(Tensor, SlicesAndViewsShareStorage) {
   EXPECT_EQ(host_bytes(v), host_bytes(t));
   EXPECT_EQ(t.slice(0, 0).count(), 0);
   EXPECT_EQ(t.slice(6, 6).count(), 0);
+  // A count-0 slice gives null from every accessor and touches no storage.
+  tensor none = t.slice(3, 3);
+  const auto state_before = t.state();
+  EXPECT_EQ(none.host_data(), nullptr);
+  EXPECT_EQ(none.mutable_host_data(), nullptr);
+  EXPECT_EQ(none.device_data(st), nullptr);
+  EXPECT_EQ(none.mutable_device_data(st), nullptr);
+  EXPECT_EQ(t.state(), state_before);
   EXPECT_EQ(s.slice(1, 2).storage_offset(), 48U);  // a slice of a slice
 
   EXPECT_THAT(error_of([&] { (void)t.view({5, 5}); }),

@@ -140,6 +140,38 @@ namespace detail {
 struct stream_access {
   static constexpr stream_view make(device_id device, CUstream_st* handle) noexcept { return {device, handle}; }
 };
+
+/// @brief For syncmem's own code: a stream remembered past a call (the stream
+/// of a buffer's last use, a stream declared with record_stream).
+///
+/// A stream is its handle and, for a syncmem::stream, its liveness token: a
+/// new stream that gets the handle of a destroyed one is a different stream,
+/// whose work is not ordered after anything the dead one did. Streams syncmem
+/// does not own have no token and are told apart by handle alone, which is
+/// why they must outlive every remembered use (see synced_memory).
+class stream_identity {
+ public:
+  /// @brief Remembers `s` (looks its liveness token up: not for hot paths).
+  void remember(stream_view s);
+  /// @brief Forgets the stream remembered, if any.
+  void forget() noexcept;
+  /// @brief Whether `s` is the stream remembered, alive, not merely a stream with its handle.
+  [[nodiscard]] bool is(stream_view s) const noexcept {
+    return usable() && handle_ == s.native_handle() && device_ == s.device();
+  }
+  /// @brief Whether a stream is remembered and may still be used (a destroyed
+  /// syncmem::stream may not: its work finished before it went).
+  [[nodiscard]] bool usable() const noexcept { return known_ && (!owned_ || !token_.expired()); }
+  /// @brief A view of the stream remembered. Precondition: usable().
+  [[nodiscard]] stream_view view() const noexcept { return stream_access::make(device_, handle_); }
+
+ private:
+  device_id device_ = device_id::cuda(0);
+  CUstream_st* handle_ = nullptr;
+  bool known_ = false;
+  bool owned_ = false;  // a syncmem::stream, whose token expires when it is destroyed
+  std::weak_ptr<void> token_;
+};
 }  // namespace detail
 
 }  // namespace syncmem

@@ -99,17 +99,25 @@ struct transfer_counters {
 /// blocking), and a host access that needs the device's contents copies them
 /// in order on that stream and waits for exactly that copy. A device access
 /// returns at once: the pointer is up to date in order on its stream, and the
-/// state is `synced`. Prefetches start copies without blocking and are not
-/// claimed `synced` before their copy has completed (Caffe's async_gpu_push
-/// was). Every copy in flight is tracked, and an access that would race with
+/// state is `synced` (also behind a prefetch whose copy is still queued).
+/// Prefetches alone start copies without blocking and are not claimed
+/// `synced` before their copy has completed (Caffe's async_gpu_push was). A
+/// syncmem::stream destroyed since its last use finished its work; a new
+/// stream that got its handle is another stream. A stream syncmem does not
+/// own (a wrapped cudaStream_t) must stay alive while the buffer may use it. Every copy in flight is tracked, and an access that would race with
 /// it (e.g. a host write while an upload still reads the host side) waits for
 /// it first.
 ///
 /// Capacity. `resize()` is grow-only: it reallocates only when the new size
-/// exceeds the capacity, copying only the newest side.
+/// exceeds the capacity, copying only the newest side. An empty buffer holds
+/// no contents: it is `uninitialized` whatever is asked of it, and every
+/// accessor returns null (a resize to 0 keeps the memory, not the contents).
 ///
 /// Borrowing. Either side may be external memory of a given size, held alive
-/// by an optional keep-alive; growing past it follows `borrow_policy`.
+/// by an optional keep-alive; growing past it follows `borrow_policy`. The
+/// keep-alive is let go once the work enqueued on that memory before the
+/// buffer let go of it has completed (on a thread of the library's; the
+/// caller does not wait), so it may hand the memory to a stream-ordered pool.
 ///
 /// Device affinity. A buffer belongs to one device; everything that touches
 /// the device (copies, allocation, frees in the destructor) runs under a
@@ -117,8 +125,9 @@ struct transfer_counters {
 /// naming both.
 ///
 /// Thread safety: like a standard container. Calls on one buffer must not
-/// overlap (even read access may copy), except `state()`, `size()`,
-/// `capacity()`, `label()`, `device()` and `counters()` with each other.
+/// overlap (even read access may copy), except `state()`, `ready()`,
+/// `size()`, `capacity()`, `label()`, `device()` and `counters()` with each
+/// other: they only read.
 /// Different buffers are independent.
 class synced_memory {
  public:
@@ -143,7 +152,7 @@ class synced_memory {
   [[nodiscard]] synced_memory clone() const;
 
   // ---- access ------------------------------------------------------------------
-  /// @brief The host side, up to date. Null for an empty buffer.
+  /// @brief The host side, up to date. Null for an empty buffer (and so for every accessor).
   [[nodiscard]] const void* host_data();
   /// @brief The host side, up to date; the host side becomes the newest.
   [[nodiscard]] void* mutable_host_data();
@@ -226,9 +235,9 @@ class synced_memory {
   [[nodiscard]] stream_view default_device_stream() const;
   // The stream of the last device-side use while it can still be used, else the default stream.
   [[nodiscard]] stream_view last_or_default_stream() const;
-  [[nodiscard]] bool last_stream_usable() const noexcept;
   // Orders `s` after the last device-side use and makes it the last.
   void order_on(stream_view s);
+  [[nodiscard]] bool copy_running() const;
   void wait_for_copy() const;
   void finish_copy_if_done() const;
   void to_host(bool for_write);
@@ -247,20 +256,17 @@ class synced_memory {
   // The accessors' fast paths read only these first members.
   mutable sync_state state_ = sync_state::uninitialized;
   mutable in_flight in_flight_ = in_flight::none;
-  bool has_last_stream_ = false;
-  bool last_stream_owned_ = false;  // a syncmem::stream, whose liveness is known
   bool moved_from_ = false;
+  bool prefetch_in_flight_ = false;  // a prefetch is not claimed synced before its copy is done
+  detail::stream_identity last_stream_;  // the stream of the last device-side use
   side host_;
   side device_side_;
   device_id device_;
-  CUstream_st* last_stream_ = nullptr;  // with has_last_stream_: the stream of the last device-side use
-  std::weak_ptr<void> last_stream_alive_;
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;
   std::string label_;
   synced_memory_options options_;
   mutable sync_state state_before_copy_ = sync_state::uninitialized;
-  bool prefetch_in_flight_ = false;  // a prefetch is not claimed synced before its copy is done
   mutable transfer copy_;                     // the copy in flight, if any
   mutable std::optional<event> order_event_;  // orders a stream after the last one
   transfer_counters counters_;

@@ -38,6 +38,21 @@ std::weak_ptr<void> detail::stream_liveness(stream_view s) {
   return it == r.tokens.end() ? std::weak_ptr<void>{} : it->second;
 }
 
+void detail::stream_identity::remember(stream_view s) {
+  device_ = s.device();
+  handle_ = s.native_handle();
+  token_ = stream_liveness(s);
+  owned_ = !token_.expired();
+  known_ = true;
+}
+
+void detail::stream_identity::forget() noexcept {
+  known_ = false;
+  owned_ = false;
+  handle_ = nullptr;
+  token_.reset();
+}
+
 stream_view default_stream(device_id device) {
   check_device(device);
   return detail::stream_access::make(device, detail::backend_for(device).default_stream(device.index()));

@@ -8,6 +8,7 @@
 
 #include "backend.hpp"
 #include "copy_internal.hpp"
+#include "deferred_release.hpp"
 #include "log.hpp"
 #include "mr/default_host_resource.hpp"
 #include "syncmem/device.hpp"
@@ -73,14 +74,11 @@ synced_memory& synced_memory::operator=(synced_memory&& other) noexcept {
 void synced_memory::steal(synced_memory& other) noexcept {
   state_ = std::exchange(other.state_, sync_state::uninitialized);
   in_flight_ = std::exchange(other.in_flight_, in_flight::none);
-  has_last_stream_ = std::exchange(other.has_last_stream_, false);
-  last_stream_owned_ = other.last_stream_owned_;
+  last_stream_ = std::exchange(other.last_stream_, {});
   moved_from_ = std::exchange(other.moved_from_, true);
   host_ = std::exchange(other.host_, {});
   device_side_ = std::exchange(other.device_side_, {});
   device_ = other.device_;
-  last_stream_ = other.last_stream_;
-  last_stream_alive_ = std::move(other.last_stream_alive_);
   size_ = std::exchange(other.size_, 0);
   capacity_ = std::exchange(other.capacity_, 0);
   label_ = other.label_;  // the source keeps its label for the error it gives when used
@@ -129,37 +127,37 @@ const void* synced_memory::host_data() {
   if (state_ == sync_state::synced && in_flight_ == in_flight::none) [[likely]] return host_.ptr;
   if (state_ == sync_state::at_host && in_flight_ == in_flight::none) return host_.ptr;
   to_host(false);
-  return host_.ptr;
+  return size_ == 0 ? nullptr : host_.ptr;
 }
 
 void* synced_memory::mutable_host_data() {
   if (state_ == sync_state::at_host && in_flight_ == in_flight::none) [[likely]] return host_.ptr;
   to_host(true);
-  return host_.ptr;
+  return size_ == 0 ? nullptr : host_.ptr;
 }
 
 const void* synced_memory::device_data() { return device_data(default_device_stream()); }
 
 const void* synced_memory::device_data(stream_view s) {
-  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && has_last_stream_ &&
-      last_stream_ == s.native_handle() && s.device() == device_) [[likely]] {
+  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && !prefetch_in_flight_ &&
+      last_stream_.is(s)) [[likely]] {
     return device_side_.ptr;
   }
   to_device(s, false);
-  return device_side_.ptr;
+  return size_ == 0 ? nullptr : device_side_.ptr;
 }
 
 void* synced_memory::mutable_device_data() { return mutable_device_data(default_device_stream()); }
 
 void* synced_memory::mutable_device_data(stream_view s) {
-  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && has_last_stream_ &&
-      last_stream_ == s.native_handle() && s.device() == device_) [[likely]] {
+  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && !prefetch_in_flight_ &&
+      last_stream_.is(s)) [[likely]] {
     state_ = sync_state::at_device;
     return device_side_.ptr;
   }
   to_device(s, false);
   if (state_ != sync_state::uninitialized) state_ = sync_state::at_device;  // an empty buffer stays so
-  return device_side_.ptr;
+  return size_ == 0 ? nullptr : device_side_.ptr;
 }
 
 void synced_memory::prefetch_to_device(stream_view s) { to_device(s, true); }
@@ -180,26 +178,23 @@ void synced_memory::prefetch_to_host(stream_view s) {
 
 void synced_memory::prefetch_to_host() { prefetch_to_host(last_or_default_stream()); }
 
-bool synced_memory::ready() const {
-  finish_copy_if_done();
-  return in_flight_ == in_flight::none;
-}
+bool synced_memory::ready() const { return !copy_running(); }
 
 void synced_memory::synchronize() {
   check_usable();
   wait_for_copy();
-  if (has_last_stream_) last_or_default_stream().synchronize();
+  if (last_stream_.usable()) last_stream_.view().synchronize();
 }
 
+// A query that writes nothing, so that concurrent calls do not race.
 sync_state synced_memory::state() const {
-  finish_copy_if_done();
   // While a prefetch is in flight the buffer is not yet synced: report the side
-  // that was newest before it. A later write made its side newest regardless.
-  if (in_flight_ != in_flight::none && prefetch_in_flight_ && state_ == sync_state::synced) {
-    return state_before_copy_;
-  }
+  // that was newest before it. A later access made the state its own regardless.
+  if (prefetch_in_flight_ && state_ == sync_state::synced && copy_running()) return state_before_copy_;
   return state_;
 }
+
+bool synced_memory::copy_running() const { return in_flight_ != in_flight::none && !copy_.ready(); }
 
 // ---------------------------------------------------------------------------
 // the slow paths
@@ -207,6 +202,7 @@ sync_state synced_memory::state() const {
 
 void synced_memory::to_host(bool for_write) {
   check_usable();
+  finish_copy_if_done();
   // A download in flight writes the host side: wait before any host access. An
   // upload in flight reads it: wait before a host write. A download started
   // below needs no wait: it is ordered after any copy in flight on the device.
@@ -238,6 +234,7 @@ void synced_memory::to_host(bool for_write) {
       break;
   }
   if (for_write && state_ != sync_state::uninitialized) state_ = sync_state::at_host;
+  prefetch_in_flight_ = false;  // an access makes the state its own (see device_data)
 }
 
 void synced_memory::to_device(stream_view s, bool prefetch) {
@@ -265,6 +262,9 @@ void synced_memory::to_device(stream_view s, bool prefetch) {
     case sync_state::synced:
       break;
   }
+  // A device access makes the buffer synced at once (the pointer is up to date
+  // in order on `s`), even behind an earlier prefetch's copy still queued.
+  if (!prefetch) prefetch_in_flight_ = false;
 }
 
 // Every copy is enqueued on the stream of the last device-side use (or one
@@ -296,26 +296,19 @@ void synced_memory::finish_copy_if_done() const {
 }
 
 void synced_memory::order_on(stream_view s) {
-  if (has_last_stream_ && last_stream_ == s.native_handle()) return;
-  if (has_last_stream_ && last_stream_usable()) {
+  if (last_stream_.is(s)) return;
+  // A destroyed syncmem::stream finished its work before it went: nothing to
+  // wait for, even when `s` got its handle.
+  if (last_stream_.usable()) {
     if (!order_event_) order_event_.emplace(device_);
-    order_event_->record(detail::stream_access::make(device_, last_stream_));
+    order_event_->record(last_stream_.view());
     s.wait(*order_event_);
   }
-  // A destroyed syncmem::stream finished its work before it went: nothing to wait for.
-  last_stream_ = s.native_handle();
-  last_stream_alive_ = detail::stream_liveness(s);
-  last_stream_owned_ = !last_stream_alive_.expired();
-  has_last_stream_ = true;
-}
-
-bool synced_memory::last_stream_usable() const noexcept {
-  return has_last_stream_ && (!last_stream_owned_ || !last_stream_alive_.expired());
+  last_stream_.remember(s);
 }
 
 stream_view synced_memory::last_or_default_stream() const {
-  if (last_stream_usable()) return detail::stream_access::make(device_, last_stream_);
-  return default_device_stream();
+  return last_stream_.usable() ? last_stream_.view() : default_device_stream();
 }
 
 stream_view synced_memory::default_device_stream() const { return default_stream(device_); }
@@ -355,11 +348,13 @@ synced_memory::side synced_memory::allocate_device(std::size_t bytes, stream_vie
 }
 
 void synced_memory::release_host() noexcept {
-  if (host_.ptr != nullptr && !host_.borrowed && host_.resource != nullptr) {
-    try {
+  try {
+    if (host_.ptr != nullptr && !host_.borrowed && host_.resource != nullptr) {
       host_.resource->deallocate(host_.ptr, host_.bytes, last_or_default_stream());
-    } catch (...) {  // NOLINT(bugprone-empty-catch): default_stream only throws for a device that is gone
     }
+    // After the work enqueued on the memory (in order on the last stream) has completed.
+    detail::release_after(last_or_default_stream(), std::move(host_.keep_alive));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): default_stream only throws for a device that is gone
   }
   const auto kind = options_.host_resource != nullptr ? options_.host_resource->kind()
                     : options_.host_kind == host_memory_kind::pinned ? memory_kind::pinned_host
@@ -369,12 +364,14 @@ void synced_memory::release_host() noexcept {
 }
 
 void synced_memory::release_device() noexcept {
-  if (device_side_.ptr != nullptr && !device_side_.borrowed && device_side_.resource != nullptr) {
-    try {
-      device_guard guard{device_};
+  try {
+    device_guard guard{device_};
+    if (device_side_.ptr != nullptr && !device_side_.borrowed && device_side_.resource != nullptr) {
       device_side_.resource->deallocate(device_side_.ptr, device_side_.bytes, last_or_default_stream());
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
     }
+    // Copies, fills and the caller's own work on borrowed memory are all ordered on the last stream.
+    detail::release_after(last_or_default_stream(), std::move(device_side_.keep_alive));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
   }
   device_side_ = {};
   device_side_.kind = memory_kind::device;
@@ -400,7 +397,7 @@ void synced_memory::reset() noexcept {
   release_device();
   release_host();
   order_event_.reset();
-  has_last_stream_ = false;
+  last_stream_.forget();
   state_ = sync_state::uninitialized;
   size_ = 0;
   capacity_ = 0;
@@ -427,6 +424,7 @@ void synced_memory::resize(std::size_t bytes, resize_mode mode) {
   const std::size_t old = size_;
   if (bytes <= old) {
     size_ = bytes;
+    if (bytes == 0) state_ = sync_state::uninitialized;  // an empty buffer holds no contents
     return;
   }
   // Growing. The valid sides of an empty buffer may have no memory yet: give

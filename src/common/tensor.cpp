@@ -197,37 +197,37 @@ void tensor::throw_type_mismatch(syncmem::dtype asked, const char* accessor) con
 // ---------------------------------------------------------------------------
 
 const void* tensor::host_data() const {
-  if (!storage_) return nullptr;
+  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   const void* p = storage_->host_data();
   return p == nullptr ? nullptr : at(p, offset_);
 }
 
 void* tensor::mutable_host_data() {
-  if (!storage_) return nullptr;
+  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   void* p = storage_->mutable_host_data();
   return p == nullptr ? nullptr : at(p, offset_);
 }
 
 const void* tensor::device_data(stream_view s) const {
-  if (!storage_) return nullptr;
+  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   const void* p = storage_->device_data(s);
   return p == nullptr ? nullptr : at(p, offset_);
 }
 
 const void* tensor::device_data() const {
-  if (!storage_) return nullptr;
+  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   const void* p = storage_->device_data();
   return p == nullptr ? nullptr : at(p, offset_);
 }
 
 void* tensor::mutable_device_data(stream_view s) {
-  if (!storage_) return nullptr;
+  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   void* p = storage_->mutable_device_data(s);
   return p == nullptr ? nullptr : at(p, offset_);
 }
 
 void* tensor::mutable_device_data() {
-  if (!storage_) return nullptr;
+  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   void* p = storage_->mutable_device_data();
   return p == nullptr ? nullptr : at(p, offset_);
 }

@@ -55,6 +55,13 @@ bool names_one_stream(CUstream_st* handle) noexcept { return reinterpret_cast<st
 
 device_id home_device_of(device_kind backend) { return device_id{backend, 0}; }
 
+void wait_quietly(stream_view s) noexcept {
+  try {
+    s.synchronize();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  }
+}
+
 }  // namespace
 
 struct caching_pinned_resource::state {
@@ -63,7 +70,27 @@ struct caching_pinned_resource::state {
     std::size_t size;
     bool pinned;
     std::uint32_t pending_uses = 0;
-    std::vector<stream_view> recorded;  // streams declared with record_stream
+    // Streams declared with record_stream. A syncmem::stream destroyed since
+    // finished its work, and its handle may belong to a new stream by now.
+    std::vector<detail::stream_identity> recorded;
+
+    // The streams declared with record_stream that are still alive; forgets
+    // them all. Out of memory for the list, it waits for them instead.
+    std::vector<stream_view> take_recorded() noexcept {
+      std::vector<stream_view> uses;
+      try {
+        for (const auto& r : recorded) {
+          if (r.usable()) uses.push_back(r.view());
+        }
+      } catch (...) {
+        uses.clear();
+        for (const auto& r : recorded) {
+          if (r.usable()) wait_quietly(r.view());
+        }
+      }
+      recorded.clear();
+      return uses;
+    }
   };
   struct use {
     event done;
@@ -372,16 +399,12 @@ void caching_pinned_resource::do_deallocate(void* p, std::size_t bytes, stream_v
     state::block* b = it->second;
     st.live.erase(it);
     st.stats.bytes_in_use -= b->size;
-    std::vector<stream_view> uses = std::move(b->recorded);
-    b->recorded.clear();
+    std::vector<stream_view> uses = b->take_recorded();
     if (std::find(uses.begin(), uses.end(), stream) == uses.end()) {
       try {
         uses.push_back(stream);
       } catch (...) {  // out of memory: order the reuse by waiting instead
-        try {
-          stream.synchronize();
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
-        }
+        wait_quietly(stream);
       }
     }
     st.retire(b, uses, options_.max_cached_bytes, doomed);
@@ -405,11 +428,10 @@ void caching_pinned_resource::deallocate_host_only(void* p, std::size_t bytes, s
     state::block* b = it->second;
     st.live.erase(it);
     st.stats.bytes_in_use -= b->size;
-    if (b->recorded.empty()) {
+    std::vector<stream_view> uses = b->take_recorded();
+    if (uses.empty()) {
       st.ready(b, options_.max_cached_bytes, doomed);
     } else {
-      std::vector<stream_view> uses = std::move(b->recorded);
-      b->recorded.clear();
       st.retire(b, uses, options_.max_cached_bytes, doomed);
     }
   }
@@ -423,7 +445,9 @@ void caching_pinned_resource::record_stream(void* p, stream_view s) {
   SYNCMEM_EXPECTS(it != st.live.end(),
                   fmt::format("{}: record_stream of {}, which is not a block it handed out (or was freed)", name(), p));
   auto& recorded = it->second->recorded;
-  if (std::find(recorded.begin(), recorded.end(), s) == recorded.end()) recorded.push_back(s);
+  if (std::none_of(recorded.begin(), recorded.end(), [&](const auto& r) { return r.is(s); })) {
+    recorded.emplace_back().remember(s);
+  }
 }
 
 void caching_pinned_resource::reserve(std::size_t block_bytes, std::size_t blocks) {
