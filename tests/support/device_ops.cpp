@@ -1,5 +1,7 @@
 #include "device_ops.hpp"
 
+#include <gtest/gtest.h>
+
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -58,7 +60,10 @@ stream_latch::stream_latch(stream_view s, std::chrono::seconds limit) : state_{s
   });
 }
 
-stream_latch::~stream_latch() { release(); }
+stream_latch::~stream_latch() {
+  release();
+  if (timed_out()) ADD_FAILURE() << "a stream_latch was not released within its limit: the test blocked on the held stream";
+}
 
 void stream_latch::release() {
   std::lock_guard lock{state_->mutex};

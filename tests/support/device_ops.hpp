@@ -25,8 +25,8 @@ void device_sleep(stream_view s, std::chrono::microseconds duration);
 // Holds a stream at a point of its order, on a host-side latch: until
 // release(), the work enqueued on it after the latch is certainly still
 // queued, on any machine and under any tool. Released at destruction too. A
-// latch never released lets go after `limit` and says so (timed_out), so
-// that a broken test fails instead of hanging.
+// latch never released lets go after `limit` and fails the test, so that a
+// broken test fails instead of hanging.
 class stream_latch;
 
 // Runs `f` on another thread while `hold` keeps its stream, and lets the
@@ -38,7 +38,7 @@ auto while_held(stream_latch& hold, F f);
 
 class stream_latch {
  public:
-  explicit stream_latch(stream_view s, std::chrono::seconds limit = std::chrono::seconds{120});
+  explicit stream_latch(stream_view s, std::chrono::seconds limit = std::chrono::seconds{30});
   ~stream_latch();
   stream_latch(const stream_latch&) = delete;
   stream_latch& operator=(const stream_latch&) = delete;

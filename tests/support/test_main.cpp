@@ -12,6 +12,10 @@
 #include "test_support.hpp"
 
 int main(int argc, char** argv) {
+  // Kernels loaded lazily are loaded at their first launch, which waits for
+  // the device: a first launch behind a stream held on a host latch would
+  // wait for the latch that only the test, blocked in the launch, releases.
+  if (std::getenv("CUDA_MODULE_LOADING") == nullptr) setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   ::testing::InitGoogleTest(&argc, argv);
   if (std::getenv("SYNCMEM_EMULATED_DEVICES") == nullptr) {
     syncmem::emulated_options options = syncmem::emulated_device_options();
