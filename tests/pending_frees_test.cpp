@@ -36,7 +36,7 @@ class pending_frees_test : public ::testing::Test {
     return b;
   }
 
-  event_pool events_{device};
+  caching_events events_{device};
   stream_pools pools_{std::numeric_limits<std::size_t>::max()};
   pending_frees pending_{events_, pools_, "pending_frees_test"};
   segment segment_{1 << 20, 4096, pool_kind::small, false, nullptr, nullptr};

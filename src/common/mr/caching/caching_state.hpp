@@ -21,7 +21,7 @@
 #include "block.hpp"
 #include "caching_totals.hpp"
 #include "device_segments.hpp"
-#include "event_pool.hpp"
+#include "caching_events.hpp"
 #include "growable_range.hpp"
 #include "pending_frees.hpp"
 #include "pointer_map.hpp"
@@ -109,7 +109,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   mutable std::mutex mutex_;
   caching::reservation reserved_;
   caching::stream_pools pools_;
-  caching::event_pool events_;
+  caching::caching_events events_;
   caching::pending_frees pending_;
   caching::device_segments segments_;
   caching::growable_range range_;

@@ -8,7 +8,7 @@
 
 namespace syncmem::mr::detail::caching {
 
-pending_frees::pending_frees(event_pool& events, stream_pools& pools, std::string name)
+pending_frees::pending_frees(caching_events& events, stream_pools& pools, std::string name)
     : events_{events}, pools_{pools}, name_{std::move(name)} {}
 
 void pending_frees::add_use(block* b, CUstream_st* s) {

@@ -11,14 +11,14 @@
 #include <unordered_set>
 
 #include "block.hpp"
-#include "event_pool.hpp"
+#include "caching_events.hpp"
 #include "stream_pools.hpp"
 
 namespace syncmem::mr::detail::caching {
 
 class pending_frees {
  public:
-  pending_frees(event_pool& events, stream_pools& pools, std::string name);
+  pending_frees(caching_events& events, stream_pools& pools, std::string name);
   pending_frees(const pending_frees&) = delete;
   pending_frees& operator=(const pending_frees&) = delete;
 
@@ -44,7 +44,7 @@ class pending_frees {
   void wait_for_device() noexcept;
   void unlink(block* b) noexcept;
 
-  event_pool& events_;
+  caching_events& events_;
   stream_pools& pools_;
   const std::string name_;
   std::unordered_set<block*> with_uses_;

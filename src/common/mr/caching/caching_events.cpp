@@ -1,13 +1,13 @@
-#include "event_pool.hpp"
+#include "caching_events.hpp"
 
 #include "syncmem/device_guard.hpp"
 
 namespace syncmem::mr::detail::caching {
 
-event_pool::event_pool(device_id device)
+caching_events::caching_events(device_id device)
     : device_{device}, backend_{syncmem::detail::backend_for(device)}, index_{device.index()} {}
 
-CUevent_st* event_pool::get() {
+CUevent_st* caching_events::get() {
   if (!spare_.empty()) {
     CUevent_st* e = spare_.back();
     spare_.pop_back();
@@ -26,11 +26,11 @@ CUevent_st* event_pool::get() {
   return e;
 }
 
-void event_pool::put(CUevent_st* e) noexcept {
+void caching_events::put(CUevent_st* e) noexcept {
   if (e != nullptr && spare_.size() < spare_.capacity()) spare_.push_back(e);
 }
 
-CUevent_st* event_pool::record_on(CUstream_st* s) {
+CUevent_st* caching_events::record_on(CUstream_st* s) {
   CUevent_st* e = get();
   try {
     record(e, s);
@@ -41,19 +41,19 @@ CUevent_st* event_pool::record_on(CUstream_st* s) {
   return e;
 }
 
-void event_pool::record(CUevent_st* e, CUstream_st* s) {
+void caching_events::record(CUevent_st* e, CUstream_st* s) {
   device_guard guard{device_};
   backend_.record_event(index_, e, s);
 }
 
-bool event_pool::passed(CUevent_st* e) { return e == nullptr || backend_.event_ready(index_, e); }
+bool caching_events::passed(CUevent_st* e) { return e == nullptr || backend_.event_ready(index_, e); }
 
-void event_pool::synchronize(CUevent_st* e) {
+void caching_events::synchronize(CUevent_st* e) {
   device_guard guard{device_};
   backend_.synchronize_event(index_, e);
 }
 
-void event_pool::order_after(CUstream_st* other, CUstream_st* s) {
+void caching_events::order_after(CUstream_st* other, CUstream_st* s) {
   CUevent_st* e = record_on(other);
   try {
     wait(s, e);
@@ -66,17 +66,17 @@ void event_pool::order_after(CUstream_st* other, CUstream_st* s) {
   put(e);
 }
 
-void event_pool::wait(CUstream_st* s, CUevent_st* e) {
+void caching_events::wait(CUstream_st* s, CUevent_st* e) {
   device_guard guard{device_};
   backend_.stream_wait_event(index_, s, e);
 }
 
-void event_pool::synchronize_device() {
+void caching_events::synchronize_device() {
   device_guard guard{device_};
   backend_.synchronize_device(index_);
 }
 
-void event_pool::destroy_all() noexcept {
+void caching_events::destroy_all() noexcept {
   for (CUevent_st* e : all_) {
     try {
       device_guard guard{device_};

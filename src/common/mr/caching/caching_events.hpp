@@ -13,11 +13,11 @@ struct CUstream_st;
 
 namespace syncmem::mr::detail::caching {
 
-class event_pool {
+class caching_events {
  public:
-  explicit event_pool(device_id device);
-  event_pool(const event_pool&) = delete;
-  event_pool& operator=(const event_pool&) = delete;
+  explicit caching_events(device_id device);
+  caching_events(const caching_events&) = delete;
+  caching_events& operator=(const caching_events&) = delete;
 
   // A spare event, or a new one.
   [[nodiscard]] CUevent_st* get();

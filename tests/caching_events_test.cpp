@@ -1,5 +1,5 @@
 // The caching allocator's events, on an emulated device.
-#include "common/mr/caching/event_pool.hpp"
+#include "common/mr/caching/caching_events.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,8 +19,8 @@ using syncmem::test::fresh_seed;
 
 const device_id device = device_id::emulated(0);
 
-TEST(EventPool, EventsAreRecycled) {
-  event_pool events{device};
+TEST(CachingEvents, EventsAreRecycled) {
+  caching_events events{device};
   CUevent_st* e = events.get();
   EXPECT_EQ(events.made(), 1U);
   events.put(e);
@@ -38,8 +38,8 @@ TEST(EventPool, EventsAreRecycled) {
   EXPECT_EQ(events.made(), 0U);
 }
 
-TEST(EventPool, AnEventPassesWhenTheWorkBeforeItIsDone) {
-  event_pool events{device};
+TEST(CachingEvents, AnEventPassesWhenTheWorkBeforeItIsDone) {
+  caching_events events{device};
   stream s{device};
   EXPECT_TRUE(events.passed(nullptr));
   syncmem::test::device_sleep(s, 50ms);
@@ -51,8 +51,8 @@ TEST(EventPool, AnEventPassesWhenTheWorkBeforeItIsDone) {
   events.destroy_all();
 }
 
-TEST(EventPool, OrderAfterMakesAStreamWaitForAnother) {
-  event_pool events{device};
+TEST(CachingEvents, OrderAfterMakesAStreamWaitForAnother) {
+  caching_events events{device};
   emulated_resource memory{device};
   stream first{device};
   stream second{device};
