@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -59,6 +60,15 @@ void wait_quietly(stream_view s) noexcept {
   try {
     s.synchronize();
   } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  }
+}
+
+// A new pinned block from the upstream; nullptr when it has no memory.
+void* pin(memory_resource& upstream, std::size_t size, stream_view stream) {
+  try {
+    return upstream.allocate(size, stream, page);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
   }
 }
 
@@ -191,6 +201,86 @@ struct caching_pinned_resource::state {
     }
   }
 
+  // A cached block of `size` bytes, handed out; nullptr when none is ready.
+  void* take_cached(memory_resource& upstream, std::size_t size, std::size_t max_cached) {
+    std::vector<block*> doomed;
+    void* hit = nullptr;
+    {
+      std::lock_guard lock{mutex};
+      auto& bin = bins[class_index(size)];
+      if (bin.empty() && pending_uses > 0) poll(max_cached, doomed);
+      if (!bin.empty()) {
+        block* b = bin.back();
+        live.emplace(b->p, b);  // may throw: nothing has changed yet
+        bin.pop_back();
+        stats.bytes_cached -= size;
+        stats.bytes_in_use += size;
+        ++stats.allocations;
+        ++stats.hits;
+        hit = b->p;
+      }
+    }
+    free_blocks(upstream, doomed);  // over the cache limit, or pageable fallbacks
+    return hit;
+  }
+
+  // Pageable memory in place of pinned memory that could not be had, with a warning the first time.
+  void* pageable(std::size_t size, const std::string& name) {
+    void* p = ::operator new(size, std::align_val_t{page}, std::nothrow);
+    if (p != nullptr && !warned.exchange(true)) {
+      detail::logger().warn("{}: pinning {} failed (page-locked memory limit, see ulimit -l, or host memory "
+                            "exhausted); serving pageable memory instead, which transfers more slowly. This "
+                            "warning is given once.",
+                            name, detail::format_bytes(size));
+    }
+    return p;
+  }
+
+  // Books a new block, handed out; gives the memory back if that fails.
+  void add_block(memory_resource& upstream, void* p, std::size_t size, bool pinned, stream_view stream) {
+    auto* b = new (std::nothrow) block{p, size, pinned, 0, {}};
+    try {
+      if (b == nullptr) throw std::bad_alloc{};
+      std::lock_guard lock{mutex};
+      live.emplace(p, b);
+      ++stats.allocations;
+      ++stats.misses;
+      stats.bytes_in_use += size;
+      if (pinned) {
+        stats.bytes_pinned += size;
+        stats.peak_bytes_pinned = std::max(stats.peak_bytes_pinned, stats.bytes_pinned);
+      } else {
+        ++stats.fallbacks;
+        stats.bytes_pageable += size;
+      }
+    } catch (...) {
+      delete b;
+      if (pinned) {
+        upstream.deallocate(p, size, stream, page);
+      } else {
+        ::operator delete(p, std::align_val_t{page});
+      }
+      throw;
+    }
+  }
+
+  [[noreturn]] void throw_out_of_memory(std::size_t bytes, std::string name, const caching_pinned_options& options) {
+    oom_info info;
+    info.requested = bytes;
+    info.label = std::string{current_allocation_label()};
+    info.resource = std::move(name);
+    {
+      std::lock_guard lock{mutex};
+      info.reserved = stats.bytes_pinned;
+      info.in_use = stats.bytes_in_use;
+    }
+    info.hint = options.fallback_to_pageable
+                    ? "neither pinned nor pageable host memory could be had"
+                    : "pinning host memory failed: the page-locked memory limit (ulimit -l) or host memory is "
+                      "exhausted; caching_pinned_options::fallback_to_pageable would serve pageable memory instead";
+    throw out_of_memory{std::move(info)};
+  }
+
   // Not under `mutex` (unpinning waits for the device): frees blocks taken
   // out of the books already.
   void free_blocks(memory_resource& upstream, std::vector<block*>& doomed) noexcept {
@@ -294,93 +384,16 @@ std::size_t caching_pinned_resource::block_size(std::size_t bytes) noexcept {
 void* caching_pinned_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
   const std::size_t size = block_size(bytes);
   auto& st = *state_;
-  std::vector<state::block*> doomed;
-  void* hit = nullptr;
-  {
-    std::lock_guard lock{st.mutex};
-    if (size != std::numeric_limits<std::size_t>::max()) {
-      auto& bin = st.bins[class_index(size)];
-      if (bin.empty() && st.pending_uses > 0) st.poll(options_.max_cached_bytes, doomed);
-      if (!bin.empty()) {
-        state::block* b = bin.back();
-        st.live.emplace(b->p, b);  // may throw: nothing has changed yet
-        bin.pop_back();
-        st.stats.bytes_cached -= size;
-        st.stats.bytes_in_use += size;
-        ++st.stats.allocations;
-        ++st.stats.hits;
-        hit = b->p;
-      }
-    }
-  }
-  st.free_blocks(*upstream_, doomed);  // over the cache limit, or pageable fallbacks
-  if (hit != nullptr) return hit;
-
+  // block_size saturates for a size no block can have: nothing to look up or pin.
+  if (size == std::numeric_limits<std::size_t>::max()) st.throw_out_of_memory(bytes, name(), options_);
+  if (void* hit = st.take_cached(*upstream_, size, options_.max_cached_bytes)) return hit;
   // A miss: pin a new block, outside the lock (cudaHostAlloc takes milliseconds).
-  auto pin = [&]() -> void* {
-    try {
-      return upstream_->allocate(size, stream, page);
-    } catch (const std::bad_alloc&) {
-      return nullptr;
-    }
-  };
-  bool pinned = true;
-  void* p = size == std::numeric_limits<std::size_t>::max() ? nullptr : pin();
-  if (p == nullptr && size != std::numeric_limits<std::size_t>::max()) {
-    if (trim() > 0) p = pin();  // cached blocks count against the page-locked limit
-  }
-  if (p == nullptr && options_.fallback_to_pageable && size != std::numeric_limits<std::size_t>::max()) {
-    p = ::operator new(size, std::align_val_t{page}, std::nothrow);
-    if (p != nullptr) {
-      pinned = false;
-      if (!st.warned.exchange(true)) {
-        detail::logger().warn("{}: pinning {} failed (page-locked memory limit, see ulimit -l, or host memory "
-                              "exhausted); serving pageable memory instead, which transfers more slowly. This "
-                              "warning is given once.",
-                              name(), detail::format_bytes(size));
-      }
-    }
-  }
-  if (p == nullptr) {
-    oom_info info;
-    info.requested = bytes;
-    info.label = std::string{current_allocation_label()};
-    info.resource = name();
-    {
-      std::lock_guard lock{st.mutex};
-      info.reserved = st.stats.bytes_pinned;
-      info.in_use = st.stats.bytes_in_use;
-    }
-    info.hint = options_.fallback_to_pageable
-                    ? "neither pinned nor pageable host memory could be had"
-                    : "pinning host memory failed: the page-locked memory limit (ulimit -l) or host memory is "
-                      "exhausted; caching_pinned_options::fallback_to_pageable would serve pageable memory instead";
-    throw out_of_memory{std::move(info)};
-  }
-  auto* b = new (std::nothrow) state::block{p, size, pinned, 0, {}};
-  try {
-    if (b == nullptr) throw std::bad_alloc{};
-    std::lock_guard lock{st.mutex};
-    st.live.emplace(p, b);
-    ++st.stats.allocations;
-    ++st.stats.misses;
-    st.stats.bytes_in_use += size;
-    if (pinned) {
-      st.stats.bytes_pinned += size;
-      st.stats.peak_bytes_pinned = std::max(st.stats.peak_bytes_pinned, st.stats.bytes_pinned);
-    } else {
-      ++st.stats.fallbacks;
-      st.stats.bytes_pageable += size;
-    }
-  } catch (...) {
-    delete b;
-    if (pinned) {
-      upstream_->deallocate(p, size, stream, page);
-    } else {
-      ::operator delete(p, std::align_val_t{page});
-    }
-    throw;
-  }
+  void* p = pin(*upstream_, size, stream);
+  if (p == nullptr && trim() > 0) p = pin(*upstream_, size, stream);  // cached blocks count against the page-locked limit
+  const bool pinned = p != nullptr;
+  if (!pinned && options_.fallback_to_pageable) p = st.pageable(size, name());
+  if (p == nullptr) st.throw_out_of_memory(bytes, name(), options_);
+  st.add_block(*upstream_, p, size, pinned, stream);
   return p;
 }
 

@@ -19,6 +19,9 @@ namespace syncmem::mr::detail::caching {
 
 inline constexpr std::size_t granule = 512;  // block sizes and offsets are multiples of this
 
+[[nodiscard]] inline std::size_t round_up(std::size_t n, std::size_t a) noexcept { return (n + a - 1) / a * a; }
+[[nodiscard]] inline std::size_t round_down(std::size_t n, std::size_t a) noexcept { return n / a * a; }
+
 enum class pool_kind : std::uint8_t { small, large };
 
 enum class block_status : std::uint8_t {

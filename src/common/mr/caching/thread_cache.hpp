@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "block.hpp"
@@ -245,14 +246,106 @@ struct thread_cache {
   caching_state* const state;
   const std::uint64_t id;
   const std::size_t budget;
-};
 
-// Adds to an atomic that only the calling thread writes.
-inline void bump(std::atomic<std::int64_t>& a, std::int64_t delta) noexcept {
-  a.store(a.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
-}
-inline void bump(std::atomic<std::uint64_t>& a) noexcept {
-  a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-}
+  // ---- the fast path, by the owning thread ----
+
+  // A block cached for (s, key), or nullptr. Sets `cacheable` when (s, key)
+  // has a bin, so that the block handed out for it may come back here.
+  [[nodiscard]] block* take(CUstream_st* s, std::size_t key, bool& cacheable) noexcept {
+    bin* const found = bins.find(s, key);  // bins are added and moved by this thread only: no lock to find one
+    if (found == nullptr) {
+      cacheable = note_miss(s, key);
+      return nullptr;
+    }
+    cacheable = true;
+    std::lock_guard guard{lock};
+    if (found->count == 0) return nullptr;
+    block* const b = found->items[--found->count];
+    cached_bytes -= b->size;
+    return b;
+  }
+
+  // Hands out a block that take() returned; true when this thread's totals
+  // reach a new high, which the resource's totals (and peaks) must see.
+  [[nodiscard]] bool hand_out(block* b, CUstream_st* s, std::size_t bytes, std::uint32_t label) noexcept {
+    b->stream.store(s, std::memory_order_relaxed);
+    b->requested.store(bytes, std::memory_order_relaxed);
+    b->label.store(label, std::memory_order_relaxed);
+    next_generation(b);
+    remember(b, b->generation.load(std::memory_order_relaxed));
+    bump(allocated_delta, static_cast<std::int64_t>(b->size));
+    bump(requested_delta, static_cast<std::int64_t>(bytes));
+    bump(live_delta, 1);
+    bump(allocations);
+    bump(hits);
+    return allocated_delta.load(std::memory_order_relaxed) > 0 || requested_delta.load(std::memory_order_relaxed) > 0;
+  }
+
+  // Records a block handed out to this thread, so that its free finds it
+  // without the resource's lock. Unrecorded (out of memory), its free takes
+  // the slow path.
+  void remember(block* b, std::uint32_t generation) noexcept {
+    try {
+      handed_out.insert(b->ptr, b, generation);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): see above
+    }
+  }
+
+  // Keeps a freed block if this thread handed it out, it needs nothing from
+  // the resource, and its bin and the budget have room; false otherwise.
+  [[nodiscard]] bool give_back(void* p, std::size_t bytes, CUstream_st* s) noexcept {
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    const auto* record = handed_out.find(address);
+    if (record == nullptr) return false;
+    block* const b = record->b;
+    const bool current = b->generation.load(std::memory_order_relaxed) == record->generation;
+    handed_out.erase(address);
+    if (!current || b->needs_slow_free.load(std::memory_order_acquire)) return false;
+    const std::size_t key = round_up(bytes, granule);
+    if (b->key.load(std::memory_order_relaxed) != key) return false;  // the size given differs: let the slow path check
+    const std::size_t size = b->size;
+    const auto requested_bytes = static_cast<std::int64_t>(b->requested.load(std::memory_order_relaxed));
+    bin* const target = bins.find(s, key);  // bins are added by this thread only: no lock to find one
+    if (target == nullptr || !keep(target, b)) return false;
+    bump(allocated_delta, -static_cast<std::int64_t>(size));
+    bump(requested_delta, -requested_bytes);
+    bump(live_delta, -1);
+    bump(deallocations);
+    return true;
+  }
+
+ private:
+  // A bin is made on the second miss of its (stream, size).
+  bool note_miss(CUstream_st* s, std::size_t key) noexcept {
+    auto& recent = recent_misses[(key / granule * 31 + (reinterpret_cast<std::uintptr_t>(s) >> 4)) & 255];
+    if (recent.key != key || recent.stream != s) {
+      recent = {s, key};
+      return false;
+    }
+    try {
+      std::lock_guard guard{lock};
+      (void)bins.find_or_add(s, key);
+      return true;
+    } catch (...) {  // no bin, no caching of this size
+      return false;
+    }
+  }
+
+  bool keep(bin* target, block* b) noexcept {
+    std::lock_guard guard{lock};
+    if (dead || b->size > budget || cached_bytes > budget - b->size) return false;
+    if (target->count >= target->capacity) return false;
+    target->items[target->count++] = b;
+    cached_bytes += b->size;
+    return true;
+  }
+
+  static void bump(std::atomic<std::int64_t>& a, std::int64_t delta) noexcept {
+    a.store(a.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  }
+  static void bump(std::atomic<std::uint64_t>& a) noexcept {
+    a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+};
 
 }  // namespace syncmem::mr::detail::caching

@@ -1,0 +1,91 @@
+#include "caching_events.hpp"
+
+#include "syncmem/device_guard.hpp"
+
+namespace syncmem::mr::detail::caching {
+
+caching_events::caching_events(device_id device)
+    : device_{device}, backend_{syncmem::detail::backend_for(device)}, index_{device.index()} {}
+
+CUevent_st* caching_events::get() {
+  if (!spare_.empty()) {
+    CUevent_st* e = spare_.back();
+    spare_.pop_back();
+    return e;
+  }
+  device_guard guard{device_};
+  CUevent_st* e = backend_.create_event(index_, false, false);
+  try {
+    all_.push_back(e);
+    spare_.reserve(all_.size());  // so that put never allocates
+  } catch (...) {
+    if (!all_.empty() && all_.back() == e) all_.pop_back();
+    backend_.destroy_event(index_, e);
+    throw;
+  }
+  return e;
+}
+
+void caching_events::put(CUevent_st* e) noexcept {
+  if (e != nullptr && spare_.size() < spare_.capacity()) spare_.push_back(e);
+}
+
+CUevent_st* caching_events::record_on(CUstream_st* s) {
+  CUevent_st* e = get();
+  try {
+    record(e, s);
+  } catch (...) {
+    put(e);
+    throw;
+  }
+  return e;
+}
+
+void caching_events::record(CUevent_st* e, CUstream_st* s) {
+  device_guard guard{device_};
+  backend_.record_event(index_, e, s);
+}
+
+bool caching_events::passed(CUevent_st* e) { return e == nullptr || backend_.event_ready(index_, e); }
+
+void caching_events::synchronize(CUevent_st* e) {
+  device_guard guard{device_};
+  backend_.synchronize_event(index_, e);
+}
+
+void caching_events::order_after(CUstream_st* other, CUstream_st* s) {
+  CUevent_st* e = record_on(other);
+  try {
+    wait(s, e);
+  } catch (...) {
+    put(e);
+    throw;
+  }
+  // A wait holds on to the event as recorded when it was made: it may be
+  // recorded again at once.
+  put(e);
+}
+
+void caching_events::wait(CUstream_st* s, CUevent_st* e) {
+  device_guard guard{device_};
+  backend_.stream_wait_event(index_, s, e);
+}
+
+void caching_events::synchronize_device() {
+  device_guard guard{device_};
+  backend_.synchronize_device(index_);
+}
+
+void caching_events::destroy_all() noexcept {
+  for (CUevent_st* e : all_) {
+    try {
+      device_guard guard{device_};
+      backend_.destroy_event(index_, e);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+    }
+  }
+  all_.clear();
+  spare_.clear();
+}
+
+}  // namespace syncmem::mr::detail::caching

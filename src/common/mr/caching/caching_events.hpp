@@ -1,0 +1,52 @@
+#pragma once
+
+// The events of one caching allocator: made on demand, recycled, destroyed
+// with it. Not thread-safe: the allocator calls it under its lock.
+
+#include <vector>
+
+#include "../../backend.hpp"
+#include "syncmem/device.hpp"
+
+struct CUevent_st;
+struct CUstream_st;
+
+namespace syncmem::mr::detail::caching {
+
+class caching_events {
+ public:
+  explicit caching_events(device_id device);
+  caching_events(const caching_events&) = delete;
+  caching_events& operator=(const caching_events&) = delete;
+
+  // A spare event, or a new one.
+  [[nodiscard]] CUevent_st* get();
+  // Gives an event back for reuse; never allocates.
+  void put(CUevent_st* e) noexcept;
+  // A spare event recorded on `s` now (given back if recording fails).
+  [[nodiscard]] CUevent_st* record_on(CUstream_st* s);
+  void record(CUevent_st* e, CUstream_st* s);
+  // Whether the work before `e` is done (nullptr: nothing to wait for).
+  [[nodiscard]] bool passed(CUevent_st* e);
+  // Blocks until the work before `e` is done.
+  void synchronize(CUevent_st* e);
+  // Makes `s` wait for the work enqueued on `other` so far.
+  void order_after(CUstream_st* other, CUstream_st* s);
+  // Makes `s` wait for `e`.
+  void wait(CUstream_st* s, CUevent_st* e);
+  // Blocks until the device is idle (when an event could not be recorded).
+  void synchronize_device();
+  // Destroys every event made; for the allocator's destructor, once the device is idle.
+  void destroy_all() noexcept;
+
+  [[nodiscard]] std::size_t made() const noexcept { return all_.size(); }
+
+ private:
+  const device_id device_;
+  syncmem::detail::backend& backend_;
+  const int index_;
+  std::vector<CUevent_st*> spare_;
+  std::vector<CUevent_st*> all_;
+};
+
+}  // namespace syncmem::mr::detail::caching

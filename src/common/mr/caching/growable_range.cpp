@@ -1,0 +1,361 @@
+#include "growable_range.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "../../log.hpp"
+#include "syncmem/device_guard.hpp"
+
+namespace syncmem::mr::detail::caching {
+
+namespace {
+// Growth takes idle pages from elsewhere in the range when they are at least
+// this share (1/n) of what is reserved: the work has moved on.
+constexpr std::size_t release_share_pages = 4;
+}  // namespace
+
+growable_range::growable_range(device_id device, settings config, std::string name, stream_pools& pools,
+                               reservation& reserved)
+    : device_{device},
+      backend_{syncmem::detail::backend_for(device)},
+      index_{device.index()},
+      config_{config},
+      name_{std::move(name)},
+      pools_{pools},
+      reserved_{reserved} {}
+
+bool growable_range::ready() {
+  if (!config_.enabled) return false;
+  if (range_ != nullptr) return true;
+  if (tried_) return false;
+  tried_ = true;
+  try {
+    return reserve_range();
+  } catch (const std::exception& e) {
+    syncmem::detail::logger().warn("{}: growable segments are off: {}", name_, e.what());
+    return false;
+  }
+}
+
+bool growable_range::reserve_range() {
+  device_guard guard{device_};
+  backend_.make_current(index_);  // the driver's virtual memory calls need the context current on this thread
+  const std::size_t page = backend_.vmm_granularity(index_);
+  if (page == 0) {
+    syncmem::detail::logger().info("{}: {} has no virtual memory management; growable segments are off", name_,
+                                   to_string(device_));
+    return false;
+  }
+  const std::size_t size = round_up(2 * backend_.memory(index_).total, page);  // twice the memory: room for holes
+  auto seg = std::make_unique<segment>();
+  std::vector<handle> pages(size / page, 0);
+  block* u = pools_.blocks().make();
+  void* base = nullptr;
+  try {
+    base = backend_.vmm_reserve(index_, size);
+  } catch (...) {
+    pools_.blocks().release(u);
+    throw;
+  }
+  *seg = segment{reinterpret_cast<std::uintptr_t>(base), size, pool_kind::large, true, nullptr, u};
+  u->ptr = seg->base;
+  u->size = size;
+  u->seg = seg.get();
+  u->status = block_status::unmapped;
+  unmapped_.insert(u);
+  pages_ = std::move(pages);
+  page_size_ = page;
+  range_ = std::move(seg);
+  in_use_.store(true, std::memory_order_relaxed);
+  pools_.serve_oversize_freely();
+  return true;
+}
+
+// Where: after a free block of this pool, growing it; else at the start of
+// the hole that needs the fewest pages (the smallest, among equals).
+growable_range::placement growable_range::choose(std::size_t key, const stream_pool& pool) const {
+  placement best;
+  for (block* u : unmapped_) {
+    block* const before = u->prev;
+    const bool extend = before != nullptr && before->status == block_status::free && before->owner == &pool;
+    const std::size_t have = extend ? before->size : 0;
+    if (extend && have >= key) return placement{before};  // fits already (missed by the index's bounded scan)
+    const std::size_t n = round_up(key - have, page_size_);
+    if (n > u->size) continue;
+    if (best.hole == nullptr || n < best.need) best = placement{nullptr, u, extend ? before : nullptr, n};
+  }
+  return best;
+}
+
+block* growable_range::grow(std::size_t key, stream_pool& pool) {
+  placement where = choose(key, pool);
+  if (where.fits == nullptr && make_room(where, key, pool)) release_spares();
+  if (where.fits != nullptr) return pools_.take_whole(where.fits, key, pool);
+  if (where.hole == nullptr) {
+    release_spares();
+    return nullptr;  // the address range is full of holes: handled as out of memory
+  }
+  block* const b = map_hole(where, pool);
+  return b == nullptr ? nullptr : pools_.take_whole(b, key, pool);
+}
+
+// Pages idle elsewhere in the range move here rather than new memory being
+// made, when there are enough of them that the work has moved on. That only
+// widens the holes, so the choice made again is as good. Returns whether
+// that choice fits without mapping.
+bool growable_range::make_room(placement& where, std::size_t key, const stream_pool& pool) {
+  const std::size_t page = page_size_;
+  const std::size_t wanted = where.hole != nullptr ? where.need : round_up(key, page);
+  if (!config_.release_before_grow || spare_pages_.size() * page >= wanted ||
+      idle_pages(where.extended) < std::max(page, reserved_.bytes() / release_share_pages)) {
+    return false;
+  }
+  reclaim(wanted - spare_pages_.size() * page, /*keep_handles=*/true, where.extended);
+  where = choose(key, pool);
+  return where.fits != nullptr;
+}
+
+// Maps the pages `where` needs (spare handles first) and returns the pool's
+// free block that now spans them; nullptr when the limit or the device refuses.
+block* growable_range::map_hole(const placement& where, stream_pool& pool) {
+  const std::size_t count = where.need / page_size_;
+  std::vector<handle> handles;
+  block* m = nullptr;
+  try {
+    handles.reserve(count);
+    spare_pages_.reserve(spare_pages_.size() + count);
+    m = pools_.blocks().make();
+  } catch (...) {
+    release_spares();
+    throw;
+  }
+  auto give_up = [&] {
+    for (auto h : handles) spare_pages_.push_back(h);  // reserved above: no allocation
+    release_spares();
+    pools_.blocks().release(m);
+  };
+  while (handles.size() < count && !spare_pages_.empty()) {
+    handles.push_back(spare_pages_.back());
+    spare_pages_.pop_back();
+  }
+  bool mapped = false;
+  try {
+    mapped = reserved_.admits((count - handles.size()) * page_size_) && map_pages(where.hole->ptr, handles, count);
+  } catch (...) {
+    give_up();
+    throw;
+  }
+  if (!mapped) {
+    give_up();
+    return nullptr;
+  }
+  place(m, where.hole, where.need);
+  release_spares();
+  reserved_.count_growth();
+  return pools_.free_block(m, pool);  // joins the free block of this pool before it
+}
+
+// Makes the missing handles and maps them all at `at`; false when the device
+// has no memory for a page. Nothing stays mapped if it throws.
+bool growable_range::map_pages(std::uintptr_t at, std::vector<handle>& handles, std::size_t count) {
+  const std::size_t page = page_size_;
+  const std::size_t first_page = (at - range_->base) / page;
+  device_guard guard{device_};
+  backend_.make_current(index_);
+  while (handles.size() < count) {
+    const auto h = backend_.vmm_create(index_, page);
+    if (h == 0) return false;
+    handles.push_back(h);
+    reserved_.add(page);
+  }
+  std::size_t mapped = 0;
+  try {
+    for (; mapped < count; ++mapped) {
+      backend_.vmm_map(index_, reinterpret_cast<void*>(at + mapped * page), page, handles[mapped]);
+      pages_[first_page + mapped] = handles[mapped];
+    }
+  } catch (...) {
+    for (std::size_t i = 0; i < mapped; ++i) {
+      backend_.vmm_unmap(index_, reinterpret_cast<void*>(at + i * page), page);
+      pages_[first_page + i] = 0;
+    }
+    throw;
+  }
+  mapped_pages_ += count;
+  return true;
+}
+
+// The record `m` takes the first `need` bytes of the unmapped block `hole`.
+void growable_range::place(block* m, block* hole, std::size_t need) {
+  unmapped_.erase(hole);
+  m->ptr = hole->ptr;
+  m->size = need;
+  m->seg = range_.get();
+  link_before(hole, m);
+  hole->ptr += need;
+  hole->size -= need;
+  if (hole->size == 0) {
+    unlink_from_segment(hole);
+    pools_.blocks().release(hole);
+  } else {
+    unmapped_.insert(hole);
+  }
+}
+
+std::size_t growable_range::whole_page_bytes(const block* b) const noexcept {
+  const std::size_t start = round_up(b->ptr, page_size_);
+  const std::size_t end = round_down(b->end(), page_size_);
+  return end > start ? end - start : 0;
+}
+
+std::size_t growable_range::idle_pages(const block* keep_whole) const noexcept {
+  std::size_t bytes = 0;
+  for (const block* b = range_->first; b != nullptr; b = b->next) {
+    if (b->status == block_status::free && b != keep_whole) bytes += whole_page_bytes(b);
+  }
+  return bytes;
+}
+
+std::size_t growable_range::reclaim(std::size_t wanted, bool keep_handles, const block* keep_whole) {
+  if (range_ == nullptr || wanted == 0) return 0;
+  std::vector<block*> candidates;
+  std::size_t reclaimable = 0;
+  for (block* b = range_->first; b != nullptr; b = b->next) {
+    // keep_whole: the block that growth extends.
+    if (b->status != block_status::free || b == keep_whole || whole_page_bytes(b) == 0) continue;
+    candidates.push_back(b);
+    reclaimable += whole_page_bytes(b);
+  }
+  if (reclaimable < page_size_) return 0;
+  {
+    // Free pages may still be used by work enqueued before their free.
+    device_guard guard{device_};
+    backend_.synchronize_device(index_);
+  }
+  std::size_t done = 0;
+  // From the top of the range down: memory stays packed at its start. A
+  // block is only split or released by its own turn, so the later (lower)
+  // candidates stay valid.
+  for (auto it = candidates.rbegin(); it != candidates.rend() && done < wanted; ++it) {
+    done += unmap_pages(*it, wanted - done, keep_handles);
+  }
+  return done;
+}
+
+std::size_t growable_range::unmap_pages(block* b, std::size_t wanted, bool keep_handles) {
+  const std::size_t page = page_size_;
+  const std::uintptr_t aligned_end = round_down(b->end(), page);
+  const std::size_t whole = whole_page_bytes(b) / page;
+  if (whole == 0) return 0;
+  const std::size_t n = std::min(whole, (wanted + page - 1) / page);
+  const std::uintptr_t start = aligned_end - n * page;
+  // The guard, every record and slot first, so that nothing fails once pages are unmapped.
+  device_guard guard{device_};
+  backend_.make_current(index_);
+  block* const middle = cut_out(b, start, aligned_end, keep_handles ? n : 0);
+  for (std::size_t i = 0; i < n; ++i) unmap_page(start + i * page, keep_handles);
+  add_unmapped(middle);
+  reserved_.count_release();
+  return n * page;
+}
+
+// Cuts [start, aligned_end) out of the free block `b` as an unmapped block,
+// which it returns; what is left on either side stays free in b's pool.
+block* growable_range::cut_out(block* b, std::uintptr_t start, std::uintptr_t aligned_end, std::size_t spares) {
+  const std::uintptr_t end = b->end();
+  block* middle = pools_.blocks().make();
+  block* tail = nullptr;
+  try {
+    if (end > aligned_end) tail = pools_.blocks().make();
+    spare_pages_.reserve(spare_pages_.size() + spares);
+  } catch (...) {
+    pools_.blocks().release(middle);
+    throw;
+  }
+  stream_pool& owner = *b->owner;
+  owner.large.remove(b);
+  middle->ptr = start;
+  middle->size = aligned_end - start;
+  middle->seg = range_.get();
+  middle->status = block_status::unmapped;
+  link_after(b, middle);
+  if (tail != nullptr) {
+    tail->ptr = aligned_end;
+    tail->size = end - aligned_end;
+    tail->seg = range_.get();
+    tail->owner = &owner;
+    link_after(middle, tail);
+    owner.large.insert(tail);
+  }
+  if (start > b->ptr) {
+    b->size = start - b->ptr;
+    owner.large.insert(b);
+  } else {
+    unlink_from_segment(b);
+    pools_.blocks().release(b);
+  }
+  return middle;
+}
+
+void growable_range::unmap_page(std::uintptr_t address, bool keep_handle) noexcept {
+  const std::size_t slot = (address - range_->base) / page_size_;
+  backend_.vmm_unmap(index_, reinterpret_cast<void*>(address), page_size_);
+  const auto h = std::exchange(pages_[slot], 0);
+  --mapped_pages_;
+  if (keep_handle) {
+    spare_pages_.push_back(h);  // room reserved by cut_out
+  } else {
+    backend_.vmm_release(index_, h, page_size_);
+    reserved_.remove(page_size_);
+  }
+}
+
+// Adds an unmapped block, merged with unmapped neighbours.
+void growable_range::add_unmapped(block* m) {
+  if (block* prev = m->prev; prev != nullptr && prev->status == block_status::unmapped) {
+    unmapped_.erase(prev);
+    prev->size += m->size;
+    unlink_from_segment(m);
+    pools_.blocks().release(m);
+    m = prev;
+  }
+  if (block* next = m->next; next != nullptr && next->status == block_status::unmapped) {
+    unmapped_.erase(next);
+    m->size += next->size;
+    unlink_from_segment(next);
+    pools_.blocks().release(next);
+  }
+  unmapped_.insert(m);
+}
+
+void growable_range::release_spares() noexcept {
+  if (spare_pages_.empty()) return;
+  try {
+    device_guard guard{device_};
+    for (auto h : spare_pages_) {
+      backend_.vmm_release(index_, h, page_size_);
+      reserved_.remove(page_size_);
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  }
+  spare_pages_.clear();
+}
+
+void growable_range::release_all() noexcept {
+  if (range_ == nullptr) return;
+  try {
+    device_guard guard{device_};
+    backend_.make_current(index_);
+    for (std::size_t i = 0; i < pages_.size(); ++i) {
+      if (pages_[i] == 0) continue;
+      backend_.vmm_unmap(index_, reinterpret_cast<void*>(range_->base + i * page_size_), page_size_);
+      backend_.vmm_release(index_, pages_[i], page_size_);
+    }
+    for (auto h : spare_pages_) backend_.vmm_release(index_, h, page_size_);
+    backend_.vmm_free_address(index_, reinterpret_cast<void*>(range_->base), range_->size);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  }
+}
+
+}  // namespace syncmem::mr::detail::caching

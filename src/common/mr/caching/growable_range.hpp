@@ -1,0 +1,101 @@
+#pragma once
+
+// The growable range of a caching allocator (expandable segments): one
+// reserved virtual address range, twice the device's memory, with physical
+// pages mapped where blocks need them and unmapped when memory is given back.
+// Its blocks belong to the large pools like those of ordinary segments; the
+// unmapped stretches between them are blocks too, kept by size. Not
+// thread-safe: the allocator calls it under its lock.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../../backend.hpp"
+#include "block.hpp"
+#include "reservation.hpp"
+#include "stream_pools.hpp"
+#include "syncmem/device.hpp"
+
+namespace syncmem::mr::detail::caching {
+
+class growable_range {
+ public:
+  struct settings {
+    bool enabled = false;              // caching_options::expandable
+    bool release_before_grow = false;  // caching_options::release_before_grow
+  };
+
+  growable_range(device_id device, settings config, std::string name, stream_pools& pools, reservation& reserved);
+  growable_range(const growable_range&) = delete;
+  growable_range& operator=(const growable_range&) = delete;
+
+  // Whether the range is there to grow into; reserves it on the first call
+  // (false, for good, when the device has no virtual memory management).
+  [[nodiscard]] bool ready();
+  [[nodiscard]] bool in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
+
+  // A free block of at least `key` bytes for `pool`, split to `key`, mapping
+  // pages as needed; nullptr when the limit or the device refuses.
+  [[nodiscard]] block* grow(std::size_t key, stream_pool& pool);
+  // Unmaps whole pages of free blocks, from the top of the range down, until
+  // `wanted` bytes are unmapped; keeps their handles for reuse when asked.
+  // `keep_whole` is left alone. Returns the bytes unmapped.
+  std::size_t reclaim(std::size_t wanted, bool keep_handles, const block* keep_whole = nullptr);
+
+  // nullptr until reserved.
+  [[nodiscard]] const segment* range() const noexcept { return range_.get(); }
+  [[nodiscard]] bool has_mapped_pages() const noexcept { return mapped_pages_ > 0; }
+  // Unmaps and releases everything; for the allocator's destructor, with the device idle.
+  void release_all() noexcept;
+
+ private:
+  using handle = syncmem::detail::physical_handle;
+  struct placement {
+    block* fits = nullptr;      // a free block of the pool that fits already
+    block* hole = nullptr;      // else the unmapped block to map pages at the start of
+    block* extended = nullptr;  // the pool's free block just before the hole, if any
+    std::size_t need = 0;       // bytes to map there
+  };
+  struct by_size_then_address {
+    bool operator()(const block* a, const block* b) const noexcept {
+      return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
+    }
+  };
+
+  bool reserve_range();
+  [[nodiscard]] placement choose(std::size_t key, const stream_pool& pool) const;
+  bool make_room(placement& where, std::size_t key, const stream_pool& pool);
+  block* map_hole(const placement& where, stream_pool& pool);
+  bool map_pages(std::uintptr_t at, std::vector<handle>& handles, std::size_t count);
+  void place(block* m, block* hole, std::size_t need);
+  [[nodiscard]] std::size_t whole_page_bytes(const block* b) const noexcept;
+  [[nodiscard]] std::size_t idle_pages(const block* keep_whole) const noexcept;
+  std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
+  block* cut_out(block* b, std::uintptr_t start, std::uintptr_t aligned_end, std::size_t spares);
+  void unmap_page(std::uintptr_t address, bool keep_handle) noexcept;
+  void add_unmapped(block* m);
+  void release_spares() noexcept;
+
+  const device_id device_;
+  syncmem::detail::backend& backend_;
+  const int index_;
+  const settings config_;
+  const std::string name_;
+  stream_pools& pools_;
+  reservation& reserved_;
+  bool tried_ = false;
+  std::atomic<bool> in_use_{false};
+  std::unique_ptr<segment> range_;
+  std::size_t page_size_ = 0;
+  std::vector<handle> pages_;  // per page of the range; 0 = unmapped
+  std::vector<handle> spare_pages_;
+  std::size_t mapped_pages_ = 0;
+  std::set<block*, by_size_then_address> unmapped_;
+};
+
+}  // namespace syncmem::mr::detail::caching

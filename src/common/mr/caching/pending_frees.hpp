@@ -1,0 +1,55 @@
+#pragma once
+
+// record_stream's bookkeeping: the streams each block was declared used on,
+// and the blocks freed while such a stream may still use them. A freed block
+// waits, as pending, for an event recorded on each of those streams at the
+// free (or at the stream's destruction, if earlier), then joins its pool.
+// Not thread-safe: the allocator calls it under its lock.
+
+#include <cstddef>
+#include <string>
+#include <unordered_set>
+
+#include "block.hpp"
+#include "caching_events.hpp"
+#include "stream_pools.hpp"
+
+namespace syncmem::mr::detail::caching {
+
+class pending_frees {
+ public:
+  pending_frees(caching_events& events, stream_pools& pools, std::string name);
+  pending_frees(const pending_frees&) = delete;
+  pending_frees& operator=(const pending_frees&) = delete;
+
+  // `s` uses the handed-out block `b` (its free then takes the slow path).
+  void add_use(block* b, CUstream_st* s);
+  // `b`, which has uses, is freed on `freed_on` for `pool`: true when it must
+  // wait for other streams, and waits on the list; false when it is free now.
+  bool hold(block* b, CUstream_st* freed_on, stream_pool& pool) noexcept;
+  // The stream `s` is being destroyed: what it still has to do becomes events.
+  void stream_gone(CUstream_st* s);
+  // Moves every block whose events have passed into its pool.
+  void collect();
+  // Blocks until every pending block's events have passed.
+  void synchronize();
+  // Pending blocks of a retired pool will join `to` instead.
+  void move_owner(const stream_pool& from, stream_pool& to) noexcept;
+
+  [[nodiscard]] bool empty() const noexcept { return first_ == nullptr; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void record_uses(block* b, CUstream_st* freed_on) noexcept;
+  void wait_for_device() noexcept;
+  void unlink(block* b) noexcept;
+
+  caching_events& events_;
+  stream_pools& pools_;
+  const std::string name_;
+  std::unordered_set<block*> with_uses_;
+  block* first_ = nullptr;  // list through link_prev/link_next
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace syncmem::mr::detail::caching

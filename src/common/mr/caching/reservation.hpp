@@ -1,0 +1,66 @@
+#pragma once
+
+// What a caching allocator holds from the device: bytes reserved, their peak,
+// the limit on them, and how often it grew and shrank. Shared by the ordinary
+// segments and the growable range. Not thread-safe (the allocator's lock),
+// except the limit, which set_limit may change from any thread.
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+namespace syncmem::mr::detail::caching {
+
+class reservation {
+ public:
+  static constexpr std::size_t no_limit = std::numeric_limits<std::size_t>::max();
+
+  explicit reservation(std::optional<std::size_t> limit) : limit_{limit.value_or(no_limit)} {}
+
+  void set_limit(std::optional<std::size_t> limit) noexcept {
+    limit_.store(limit.value_or(no_limit), std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::optional<std::size_t> limit() const noexcept {
+    const std::size_t limit = limit_.load(std::memory_order_relaxed);
+    return limit == no_limit ? std::nullopt : std::optional{limit};
+  }
+
+  // Whether `more` bytes stay within the limit; remembers a refusal for the
+  // out-of-memory report, until forget_limit_hit.
+  [[nodiscard]] bool admits(std::size_t more) noexcept {
+    const std::size_t limit = limit_.load(std::memory_order_relaxed);
+    const bool ok = limit == no_limit || (more <= limit && reserved_ <= limit - more);
+    limit_hit_ = limit_hit_ || !ok;
+    return ok;
+  }
+  [[nodiscard]] bool limit_hit() const noexcept { return limit_hit_; }
+  void forget_limit_hit() noexcept { limit_hit_ = false; }
+
+  void add(std::size_t bytes) noexcept {
+    reserved_ += bytes;
+    peak_ = std::max(peak_, reserved_);
+  }
+  void remove(std::size_t bytes) noexcept { reserved_ -= bytes; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return reserved_; }
+  [[nodiscard]] std::size_t peak() const noexcept { return peak_; }
+  void reset_peak() noexcept { peak_ = reserved_; }
+
+  // Memory was mapped or a segment made / memory unmapped or a segment given back.
+  void count_growth() noexcept { ++growths_; }
+  void count_release() noexcept { ++releases_; }
+  [[nodiscard]] std::uint64_t growths() const noexcept { return growths_; }
+  [[nodiscard]] std::uint64_t releases() const noexcept { return releases_; }
+
+ private:
+  std::atomic<std::size_t> limit_;
+  std::size_t reserved_ = 0;
+  std::size_t peak_ = 0;
+  bool limit_hit_ = false;
+  std::uint64_t growths_ = 0;
+  std::uint64_t releases_ = 0;
+};
+
+}  // namespace syncmem::mr::detail::caching

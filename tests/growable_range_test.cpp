@@ -1,0 +1,115 @@
+// The caching allocator's growable range (expandable segments), on an emulated device.
+#include "common/mr/caching/growable_range.hpp"
+
+#include <gtest/gtest.h>
+
+#include "device_ops.hpp"
+#include "memory_pattern.hpp"
+#include "test_support.hpp"
+
+namespace syncmem::mr::detail::caching {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+const device_id device = device_id::emulated(0);
+
+struct parts {
+  explicit parts(bool enabled = true, bool release_before_grow = false)
+      : range{device, {enabled, release_before_grow}, "growable_range_test", pools, reserved} {}
+  ~parts() {
+    synchronize_device(device);
+    range.release_all();
+  }
+  parts(const parts&) = delete;
+  parts& operator=(const parts&) = delete;
+  reservation reserved{std::nullopt};
+  stream_pools pools{2 * MiB};
+  growable_range range;
+};
+
+void expect_usable(stream_view s, const block* b) {
+  const auto seed = syncmem::test::fresh_seed();
+  auto* p = reinterpret_cast<void*>(b->ptr);
+  syncmem::test::device_fill_pattern(s, p, b->size, seed);
+  EXPECT_TRUE(syncmem::test::holds_pattern(memory_kind::device, s, p, b->size, seed));
+}
+
+TEST(GrowableRange, OffUnlessAskedFor) {
+  parts p{false};
+  EXPECT_FALSE(p.range.ready());
+  EXPECT_FALSE(p.range.in_use());
+  EXPECT_EQ(p.range.range(), nullptr);
+}
+
+TEST(GrowableRange, GrowsByPagesAndExtendsThePoolsLastBlock) {
+  parts p;
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  EXPECT_TRUE(p.range.in_use());
+  block* a = p.range.grow(3 * MiB, pool);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->ptr, p.range.range()->base);
+  EXPECT_EQ(a->size, 3 * MiB);
+  EXPECT_TRUE(p.range.has_mapped_pages());
+  const std::size_t first = p.reserved.bytes();
+  EXPECT_GE(first, 3 * MiB);
+  expect_usable(s, a);
+  block* b = p.range.grow(first, pool);  // the rest of the mapped pages, then more right after them
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->ptr, a->end());
+  EXPECT_GT(p.reserved.bytes(), first);
+  expect_usable(s, b);
+  EXPECT_EQ(p.reserved.growths(), 2U);
+}
+
+TEST(GrowableRange, ReclaimUnmapsFreePagesAndGivesThemBack) {
+  parts p;
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  block* a = p.range.grow(16 * MiB, pool);
+  ASSERT_NE(a, nullptr);
+  const std::size_t reserved = p.reserved.bytes();
+  p.pools.free_block(a, pool);
+  EXPECT_EQ(p.range.reclaim(reserved, /*keep_handles=*/false), reserved);
+  EXPECT_EQ(p.reserved.bytes(), 0U);
+  EXPECT_FALSE(p.range.has_mapped_pages());
+  EXPECT_EQ(p.pools.free_bytes(), 0U);
+  block* again = p.range.grow(MiB, pool);  // the hole is mapped again
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->ptr, p.range.range()->base);
+  expect_usable(s, again);
+}
+
+TEST(GrowableRange, TheLimitRefusesNewPages) {
+  parts p;
+  p.reserved.set_limit(4 * MiB);
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  EXPECT_EQ(p.range.grow(64 * MiB, pool), nullptr);
+  EXPECT_TRUE(p.reserved.limit_hit());
+  EXPECT_EQ(p.reserved.bytes(), 0U);
+  EXPECT_FALSE(p.range.has_mapped_pages());
+}
+
+TEST(GrowableRange, IdlePagesMoveWhereGrowthNeedsThem) {
+  parts p{true, true};
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream other{device};
+  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  block* idle = p.range.grow(32 * MiB, elsewhere);
+  ASSERT_NE(idle, nullptr);
+  p.pools.free_block(idle, elsewhere);
+  const std::size_t reserved = p.reserved.bytes();
+  block* moved = p.range.grow(24 * MiB, pool);  // another pool: the idle pages are moved, not added to
+  ASSERT_NE(moved, nullptr);
+  EXPECT_LE(p.reserved.bytes(), reserved);
+  expect_usable(s, moved);
+}
+
+}  // namespace
+}  // namespace syncmem::mr::detail::caching
