@@ -62,9 +62,8 @@ void raw_pointer(benchmark::State& state) {
 
 // Both round trips run in every benchmark, one after the other, and only the
 // benchmark's own is timed: each measures while the other keeps the driver,
-// the link and the CPU in the same state. (Run alone one after the other,
-// the two differed by up to 40% from one run to the next on the H100 machine,
-// whichever ran first.)
+// the link and the CPU in the same state, since run one after the other their
+// figures swung with whichever ran first.
 class roundtrip_pair {
  public:
   roundtrip_pair(device_id device, std::size_t bytes)

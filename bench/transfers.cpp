@@ -7,7 +7,7 @@
 //       engine-pinned (ours on pinned memory: the engine's own overhead);
 //       uploads from 64 MiB also engine-streaming (the staging written with
 //       streaming stores only) and engine-ordinary (the middle chunks of every
-//       upload with ordinary stores), see copy_options::ordinary_stores_above.
+//       upload with ordinary stores), see detail::staging_thresholds.
 //       On emulated devices: backend-pinned, backend-pageable, engine.
 //   transfer/h2d-interleaved|d2h-interleaved/engine/<size>   from 1 MiB: the
 //       engine's copies alternating one by one with the floor's (pinned
@@ -41,6 +41,7 @@
 
 #include "bench.hpp"
 #include "common/backend.hpp"
+#include "common/copy_internal.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -151,7 +152,8 @@ void run_bandwidth(benchmark::State& state, device_id d, std::size_t n, directio
   void* dst = h2d ? b.device_a : host;
   const void* src = h2d ? host : b.device_a;
   stopwatch watch{method == "cudaMemcpy-pageable" ? default_stream(d) : s};
-  copy_options stores = get_copy_options();  // the engine with its staging written one way only
+  const copy_options options = get_copy_options();
+  detail::staging_thresholds stores;  // the engine with its staging written one way only
   stores.ordinary_stores_above = method == "engine-ordinary" ? 1 : std::numeric_limits<std::size_t>::max();
   auto once = [&] {
     if (method == "engine" || method == "engine-pinned") {
@@ -160,7 +162,7 @@ void run_bandwidth(benchmark::State& state, device_id d, std::size_t n, directio
       // stopwatch waits for: no second wait, as for cudaMemcpyAsync.
       (void)copy_async(dst, src, n, s);
     } else if (method == "engine-streaming" || method == "engine-ordinary") {
-      (void)copy_async(dst, src, n, s, stores);
+      (void)detail::copy_async_with(dst, src, n, s, options, stores);
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
     } else if (method == "cudaMemcpyAsync-pinned") {
       SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,

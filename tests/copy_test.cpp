@@ -426,76 +426,57 @@ TEST(CopyChunks, UploadsGrowByHalfDownloadsDouble) {
   }
 }
 
-// Short uploads and downloads that demote copy with half as many threads again
-// as the default; everything else, and any copy whose options set a number,
-// with that number.
-TEST(CopyThreads, ShortUploadsAndDemotingDownloadsTakeHalfAsManyAgain) {
-  const std::size_t up_limit = detail::more_threads_for_uploads_up_to;
+// Staged copies of sizes on both sides of every size at which the engine
+// changes how it copies (more threads, ordinary stores, demoting, alternating
+// rings), scaled down with small thresholds and chunks, and with random thread
+// counts: back to back on one stream, without waiting, uploads and downloads
+// of fresh random bytes through the same device buffers. Every byte arrives,
+// a later copy never overtakes an earlier one, and no staging buffer is
+// handed to the next copy while a DMA still reads or writes it.
+TYPED_TEST(Copy, StagedCopiesAroundEverySwitchDeliverEveryByteInOrder) {
+  scoped_emulated_delay delay{std::chrono::microseconds{50}};
   auto& random = rng();
-  for (int trial = 0; trial < 300; ++trial) {
-    copy_options o;
-    o.demote_downloads_up_to = random() % (64 * MiB);
-    if (trial % 3 == 0) o.host_threads = 1 + static_cast<int>(random() % 64);
-    const int usual = 2 + static_cast<int>(random() % 15);  // 2 to 16 (the pool's own: half the cores, at most 8)
-    const int more = usual * 3 / 2;
-    // Sizes on both sides of one of the limits, then the limits themselves.
-    const std::size_t around = trial % 2 == 0 ? up_limit : o.demote_downloads_up_to;
-    const std::size_t step = random() % MiB + 1;
-    const std::size_t bytes =
-        random() % 2 == 0 ? around + step : std::max<std::size_t>(1, around - std::min(around, step));
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << bytes << " bytes, host_threads "
-                                      << o.host_threads << ", demote_downloads_up_to " << o.demote_downloads_up_to
-                                      << ", default " << usual);
-    const int set = o.host_threads;
-    const bool large = bytes > o.ordinary_stores_above;  // see LargeUploadsTakeHalfAsManyAgain
-    EXPECT_EQ(detail::upload_threads(bytes, o, usual), set > 0 ? set : bytes <= up_limit || large ? more : usual);
-    EXPECT_EQ(detail::download_threads(bytes, o, usual),
-              set > 0 ? set : bytes <= o.demote_downloads_up_to ? more : usual);
-    EXPECT_EQ(detail::upload_threads(up_limit, o, usual), set > 0 ? set : more);
-    EXPECT_EQ(detail::upload_threads(up_limit + 1, o, usual), set > 0 ? set : usual);
-    EXPECT_EQ(detail::download_threads(o.demote_downloads_up_to, o, usual), set > 0 ? set : more);
-    EXPECT_EQ(detail::download_threads(o.demote_downloads_up_to + 1, o, usual), set > 0 ? set : usual);
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = 16 * KiB;
+  o.max_chunk = 64 * KiB;
+  o.staging_buffers = 2 + static_cast<int>(random() % 7);
+  detail::staging_thresholds t;
+  t.ordinary_stores_above = 512 * KiB + random() % (64 * KiB);
+  t.demote_downloads_up_to = 256 * KiB + random() % (64 * KiB);
+  std::vector<std::size_t> sizes;
+  const std::size_t switches[] = {t.demote_downloads_up_to, t.ordinary_stores_above,
+                                  detail::more_threads_for_uploads_up_to};
+  for (const std::size_t at : switches) {
+    sizes.push_back(at - random() % (16 * KiB));
+    sizes.push_back(at);
+    sizes.push_back(at + 1 + random() % (16 * KiB));
   }
-  // Without a default given: the pool's.
-  const int pool = detail::host_copy_pool::default_threads();
-  EXPECT_EQ(detail::upload_threads(up_limit, copy_options{}), pool * 3 / 2);
-  EXPECT_EQ(detail::upload_threads(up_limit + 1, copy_options{}), pool);
-}
-
-// Uploads with ordinary stores (larger than ordinary_stores_above) copy with
-// half as many threads again from the start, unless the options set a number.
-TEST(CopyThreads, LargeUploadsTakeHalfAsManyAgain) {
-  const std::size_t up_limit = detail::more_threads_for_uploads_up_to;
-  auto& random = rng();
-  for (int trial = 0; trial < 300; ++trial) {
-    copy_options o;
-    o.ordinary_stores_above = up_limit + random() % (64 * MiB);
-    if (trial % 3 == 0) o.host_threads = 1 + static_cast<int>(random() % 64);
-    const int usual = 2 + static_cast<int>(random() % 15);  // 2 to 16
-    const std::size_t limit = o.ordinary_stores_above;
-    const std::size_t step = random() % MiB + 1;
-    const std::size_t bytes = random() % 2 == 0 ? limit + step : std::max(up_limit + 1, limit - std::min(limit, step));
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << bytes << " bytes, host_threads "
-                                      << o.host_threads << ", ordinary_stores_above " << limit << ", default " << usual);
-    const int set = o.host_threads;
-    const int more = usual * 3 / 2;
-    EXPECT_EQ(detail::upload_threads(bytes, o, usual), set > 0 ? set : bytes > limit ? more : usual);
-    EXPECT_EQ(detail::upload_threads(limit, o, usual), set > 0 ? set : limit > up_limit ? usual : more);
-    EXPECT_EQ(detail::upload_threads(limit + 1, o, usual), set > 0 ? set : more);
-    // Downloads do not depend on it.
-    copy_options none = o;
-    none.ordinary_stores_above = SIZE_MAX;
-    EXPECT_EQ(detail::download_threads(limit + 1, o, usual), detail::download_threads(limit + 1, none, usual));
+  const std::size_t most = *std::max_element(sizes.begin(), sizes.end());
+  stream s{this->dev()};
+  test_buffer d{mem::device, this->kind, most};
+  for (int round = 0; round < 3; ++round) {
+    o.host_threads = round == 0 ? 0 : 1 + static_cast<int>(random() % 16);
+    std::vector<std::vector<std::uint8_t>> sources;
+    std::vector<std::vector<std::uint8_t>> results;
+    sources.reserve(sizes.size());
+    results.reserve(sizes.size());
+    std::vector<transfer> pending;
+    for (const std::size_t n : sizes) {
+      sources.push_back(random_bytes(n));
+      results.emplace_back(n);
+      // Each upload overwrites what the download before it reads: a copy that
+      // overtook another, or a buffer reused early, shows as wrong bytes.
+      pending.push_back(detail::copy_async_with(d.data(), sources.back().data(), n, s, o, t));
+      pending.push_back(detail::copy_async_with(results.back().data(), d.data(), n, s, o, t));
+    }
+    for (auto& p : pending) p.wait();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_TRUE(same_bytes(results[i], sources[i])) << sizes[i] << " bytes, host_threads " << o.host_threads
+                                                      << ", staging_buffers " << o.staging_buffers;
+    }
   }
-  // Every staged upload, when ordinary_stores_above is 0.
-  copy_options all;
-  all.ordinary_stores_above = 0;
-  EXPECT_EQ(detail::upload_threads(16 * MiB, all, 8), 12);
-  // The defaults on a 16-core machine: 12 threads up to 4 MiB, 8 for 16 MiB, 12 for 64 MiB.
-  EXPECT_EQ(detail::upload_threads(4 * MiB, copy_options{}, 8), 12);
-  EXPECT_EQ(detail::upload_threads(16 * MiB, copy_options{}, 8), 8);
-  EXPECT_EQ(detail::upload_threads(32 * MiB, copy_options{}, 8), 8);
-  EXPECT_EQ(detail::upload_threads(64 * MiB, copy_options{}, 8), 12);
+  EXPECT_EQ(staging_resource(this->kind).statistics().bytes_in_use, 0U);
 }
 
 TEST(CopyTransfer, DefaultAndMovedFromAreComplete) {
@@ -708,7 +689,7 @@ TYPED_TEST(Copy, AnUploadMergesAdjacentChunksWhileTheLinkIsBusy) {
   }
 }
 
-// An upload larger than copy_options::ordinary_stores_above writes the
+// An upload larger than staging_thresholds::ordinary_stores_above writes the
 // staging of its middle chunks with ordinary stores (its first ones with
 // streaming stores, its last ones demoted), one of that size or smaller with
 // streaming stores only; every byte arrives either way.
@@ -717,19 +698,20 @@ TYPED_TEST(Copy, AnUploadAboveTheThresholdUsesOrdinaryStores) {
   o.direct_threshold = 0;
   o.min_chunk = 64 * KiB;
   o.max_chunk = 256 * KiB;
-  o.ordinary_stores_above = 1 * MiB + rng()() % (64 * KiB);
+  detail::staging_thresholds t;
+  t.ordinary_stores_above = 1 * MiB + rng()() % (64 * KiB);
   stream s{this->dev()};
-  for (const std::size_t n : {o.ordinary_stores_above, o.ordinary_stores_above + 1 + rng()() % (3 * MiB)}) {
+  for (const std::size_t n : {t.ordinary_stores_above, t.ordinary_stores_above + 1 + rng()() % (3 * MiB)}) {
     const auto bytes = random_bytes(n);
     test_buffer d{mem::device, this->kind, n};
     const auto before = detail::ordinary_store_upload_count();
-    copy_async(d.data(), bytes.data(), n, s, o).wait();
-    EXPECT_EQ(detail::ordinary_store_upload_count() - before, n > o.ordinary_stores_above ? 1U : 0U) << n << " bytes";
+    detail::copy_async_with(d.data(), bytes.data(), n, s, o, t).wait();
+    EXPECT_EQ(detail::ordinary_store_upload_count() - before, n > t.ordinary_stores_above ? 1U : 0U) << n << " bytes";
     EXPECT_TRUE(same_bytes(d.read(), bytes)) << n << " bytes";
   }
 }
 
-// A download up to copy_options::demote_downloads_up_to demotes the staging
+// A download up to staging_thresholds::demote_downloads_up_to demotes the staging
 // lines it has read, a larger one leaves them, and 0 demotes none; every byte
 // arrives either way, into a destination whose bytes around it stay as they were.
 TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
@@ -738,11 +720,12 @@ TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
   o.min_chunk = 64 * KiB;
   o.max_chunk = 256 * KiB;
   o.staging_buffers = 3;
-  o.demote_downloads_up_to = 1 * MiB + rng()() % (64 * KiB);
+  detail::staging_thresholds t;
+  t.demote_downloads_up_to = 1 * MiB + rng()() % (64 * KiB);
   stream s{this->dev()};
-  const std::size_t above = o.demote_downloads_up_to + 1 + rng()() % (3 * MiB);
-  for (const std::size_t limit : {o.demote_downloads_up_to, std::size_t{0}}) {
-    o.demote_downloads_up_to = limit;
+  const std::size_t above = t.demote_downloads_up_to + 1 + rng()() % (3 * MiB);
+  for (const std::size_t limit : {t.demote_downloads_up_to, std::size_t{0}}) {
+    t.demote_downloads_up_to = limit;
     for (const std::size_t n : {std::size_t{1} * MiB - rng()() % (64 * KiB), above}) {
       const auto bytes = random_bytes(n);
       test_buffer d{mem::device, this->kind, n};
@@ -750,7 +733,7 @@ TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
       const auto guard = random_bytes(n + 2 * 4096);
       auto out = guard;
       const auto before = detail::demoting_download_count();
-      copy_async(out.data() + 4096, d.data(), n, s, o).wait();
+      detail::copy_async_with(out.data() + 4096, d.data(), n, s, o, t).wait();
       EXPECT_EQ(detail::demoting_download_count() - before, n <= limit ? 1U : 0U) << n << " bytes, limit " << limit;
       EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), out.begin() + 4096)) << n << " bytes";
       EXPECT_TRUE(std::equal(guard.begin(), guard.begin() + 4096, out.begin())) << n << " bytes";
@@ -759,10 +742,10 @@ TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
   }
 }
 
-// A download larger than copy_options::demote_downloads_up_to takes a staging
+// A download larger than staging_thresholds::demote_downloads_up_to takes a staging
 // block of two rings and uses them in turn: of four such downloads in a row,
-// two use the second ring; one at or below the threshold takes one ring and
-// none of them uses a second. Each takes its block from the resource in
+// two use the alternate half; one at or below the threshold takes one ring and
+// none of them uses an alternate half. Each takes its block from the resource in
 // copy_options::staging, here one of the test's own, whose peak shows the
 // block's size; every byte arrives, and the bytes around the destination stay.
 TYPED_TEST(Copy, LargeDownloadsTakeTheirTwoRingsInTurn) {
@@ -771,27 +754,28 @@ TYPED_TEST(Copy, LargeDownloadsTakeTheirTwoRingsInTurn) {
   o.min_chunk = 64 * KiB;
   o.max_chunk = 256 * KiB;
   o.staging_buffers = 2 + static_cast<int>(rng()() % 4);
-  o.demote_downloads_up_to = 1 * MiB + rng()() % (64 * KiB);
+  detail::staging_thresholds t;
+  t.demote_downloads_up_to = 1 * MiB + rng()() % (64 * KiB);
   const std::size_t ring = static_cast<std::size_t>(o.staging_buffers) * o.max_chunk;
   stream s{this->dev()};
   for (const bool large : {false, true}) {
     mr::caching_pinned_resource staging{this->kind};
     o.staging = &staging;
-    const std::size_t n = large ? o.demote_downloads_up_to + 1 + rng()() % (2 * MiB)
-                                : o.demote_downloads_up_to - rng()() % (64 * KiB);
-    const auto before = detail::second_ring_download_count();
+    const std::size_t n = large ? t.demote_downloads_up_to + 1 + rng()() % (2 * MiB)
+                                : t.demote_downloads_up_to - rng()() % (64 * KiB);
+    const auto before = detail::alternate_half_download_count();
     for (int i = 0; i < 4; ++i) {
       const auto bytes = random_bytes(n);
       test_buffer d{mem::device, this->kind, n};
       d.write(bytes);
       const auto guard = random_bytes(n + 2 * 4096);
       auto out = guard;
-      copy_async(out.data() + 4096, d.data(), n, s, o).wait();
+      detail::copy_async_with(out.data() + 4096, d.data(), n, s, o, t).wait();
       EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), out.begin() + 4096)) << n << " bytes, copy " << i;
       EXPECT_TRUE(std::equal(guard.begin(), guard.begin() + 4096, out.begin())) << n << " bytes, copy " << i;
       EXPECT_TRUE(std::equal(guard.end() - 4096, guard.end(), out.end() - 4096)) << n << " bytes, copy " << i;
     }
-    EXPECT_EQ(detail::second_ring_download_count() - before, large ? 2U : 0U) << n << " bytes";
+    EXPECT_EQ(detail::alternate_half_download_count() - before, large ? 2U : 0U) << n << " bytes";
     // One block, reused: a ring or two, each within the resource's size-class waste (1/8).
     const std::size_t block = (large ? 2 : 1) * ring;
     EXPECT_GE(staging.statistics().peak_bytes_pinned, block) << n << " bytes";

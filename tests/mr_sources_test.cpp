@@ -1,13 +1,12 @@
 // ctest-labels: threaded
-// The source resources (cuda, emulated, pageable, pinned) and the per-device
-// default resource.
+// The source resources (device_resource and its kind-checked cuda and emulated
+// forms, pageable, pinned) and the per-device default resource.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "resource_conformance.hpp"
 #include "syncmem/mr/allocation_label.hpp"
-#include "syncmem/mr/cuda_resource.hpp"
-#include "syncmem/mr/emulated_resource.hpp"
+#include "syncmem/mr/device_resource.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/mr/pinned_resource.hpp"
@@ -26,6 +25,9 @@ struct emulated_source_other_device : emulated_source {
   static device_id device() { return device_id::emulated(2); }
   static std::unique_ptr<mr::memory_resource> make() { return std::make_unique<mr::emulated_resource>(device()); }
 };
+struct device_source_any_kind : on_device<device_kind::emulated> {
+  static std::unique_ptr<mr::memory_resource> make() { return std::make_unique<mr::device_resource>(device()); }
+};
 struct pageable_source : on_device<device_kind::emulated> {
   static std::unique_ptr<mr::memory_resource> make() { return std::make_unique<mr::pageable_resource>(); }
 };
@@ -40,8 +42,8 @@ struct pinned_emulated_source : on_device<device_kind::emulated> {
   }
 };
 
-using sources = ::testing::Types<cuda_source, emulated_source, emulated_source_other_device, pageable_source,
-                                 pinned_cuda_source, pinned_emulated_source>;
+using sources = ::testing::Types<cuda_source, emulated_source, emulated_source_other_device, device_source_any_kind,
+                                 pageable_source, pinned_cuda_source, pinned_emulated_source>;
 INSTANTIATE_TYPED_TEST_SUITE_P(sources, resource_conformance, sources);
 
 namespace {
@@ -62,12 +64,19 @@ TEST(Sources, KindsAndDevices) {
   EXPECT_TRUE(e.is_equal(mr::emulated_resource{device_id::emulated(1)}));
   EXPECT_FALSE(e.is_equal(mr::emulated_resource{device_id::emulated(0)}));
   EXPECT_FALSE(e.is_equal(p));
+  // One implementation behind both names: the same device's memory is the same source.
+  mr::device_resource any{device_id::emulated(1)};
+  EXPECT_EQ(any.name(), "device_resource(emulated:1)");
+  EXPECT_TRUE(any.is_equal(e));
+  EXPECT_TRUE(e.is_equal(any));
+  EXPECT_FALSE(any.is_equal(mr::device_resource{device_id::emulated(0)}));
 }
 
 TEST(Sources, RefuseDevicesOfTheWrongKind) {
   EXPECT_THROW(mr::emulated_resource{device_id::cuda(0)}, logic_error);
   EXPECT_THROW(mr::cuda_resource{device_id::emulated(0)}, logic_error);
   EXPECT_THROW(mr::emulated_resource{device_id::emulated(9)}, logic_error);
+  EXPECT_THROW(mr::device_resource{device_id::emulated(9)}, logic_error);
   if (device_count(device_kind::cuda) == 0) {
     EXPECT_THROW(mr::pinned_resource{device_kind::cuda}, unsupported_error);
   }

@@ -7,8 +7,8 @@
 // SYNCMEM_STRESS_SECONDS sets the time per device kind (default 3: CI; the GPU
 // check runs longer). A watchdog gives the workers SYNCMEM_STRESS_WATCHDOG_SECONDS
 // (default 120) past that to finish; if one has not, it prints what each worker
-// was doing and aborts, so that a hang says where it is (one run under
-// compute-sanitizer racecheck on an H100 machine hung without a word).
+// was doing and aborts, so that a hang says where it is rather than timing out
+// without a word.
 
 #include <gtest/gtest.h>
 

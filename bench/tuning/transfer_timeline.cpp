@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   const copy_options options = get_copy_options();
   // As the engine: short downloads demote the staging lines they read, with
   // more threads (copy_internal.hpp).
-  const bool demoting = !up && detail::demotes_download(bytes, options);
+  const bool demoting = !up && detail::demotes_download(bytes);
   const int threads = up ? detail::upload_threads(bytes, options) : detail::download_threads(bytes, options);
 
   std::vector<std::byte> pageable(bytes, std::byte{1});

@@ -122,33 +122,15 @@ struct copy_options {
   std::size_t max_chunk = std::size_t{4} << 20;
   /// @brief Pinned buffers a staged copy cycles through (2 or more lets the
   /// host copy of one chunk overlap the DMA of the previous ones; more let
-  /// the host threads run ahead of the DMAs). Downloads larger than
-  /// demote_downloads_up_to take a block of twice as many and use its two
-  /// halves in turn, one download after the other.
+  /// the host threads run ahead of the DMAs). Large downloads take a block of
+  /// twice as many and use its two halves in turn, one download after the
+  /// other.
   int staging_buffers = 8;
   /// @brief Threads that copy on the host, the calling thread included; 0:
-  /// half the cores, at most 8 (uploads up to 4 MiB or larger than
-  /// ordinary_stores_above, and downloads that demote, see
-  /// demote_downloads_up_to: half as many again).
+  /// half the cores, at most 8, and half as many again for the staged copies
+  /// whose host side limits them (short uploads, large uploads, short
+  /// downloads; docs/transfers.md).
   int host_threads = 0;
-  /// @brief Uploads from pageable memory larger than this write the staging
-  /// of their middle chunks with ordinary stores (memcpy), which leave the
-  /// DMAs beside them at full speed, instead of streaming stores, which slow
-  /// them; their first chunks keep streaming stores and their last ones are
-  /// demoted (CLDEMOTE, where the CPU has it; streaming stores elsewhere)
-  /// once written, so that no DMA reads lines from a core's private cache
-  /// (docs/transfers.md, "Stores"). Smaller uploads, whose chunks are nearly
-  /// all first or last ones, write with streaming stores; 0: every staged
-  /// upload writes the mixed way; SIZE_MAX: none.
-  std::size_t ordinary_stores_above = std::size_t{32} << 20;
-  /// @brief Downloads to pageable memory up to this size demote the staging
-  /// lines their threads have read (CLDEMOTE, where the CPU has it) and copy
-  /// out with half as many threads again (when host_threads is 0): the next
-  /// copy's DMAs into those buffers then run at full speed. Larger downloads
-  /// leave the lines, where demoting them cost the copy-out more than it
-  /// saved, and alternate between two rings of buffers instead (see
-  /// staging_buffers; docs/transfers.md, "Demoting"); 0: never demote.
-  std::size_t demote_downloads_up_to = std::size_t{16} << 20;
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.
   bool peer_access = true;

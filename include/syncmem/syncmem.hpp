@@ -20,6 +20,7 @@
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/cuda_async_resource.hpp"
 #include "syncmem/mr/cuda_resource.hpp"
+#include "syncmem/mr/device_resource.hpp"
 #include "syncmem/mr/emulated_resource.hpp"
 #include "syncmem/mr/failure_adaptor.hpp"
 #include "syncmem/mr/limiting_adaptor.hpp"

@@ -313,12 +313,12 @@ class event_slots {
 std::atomic<std::uint64_t> staged_upload_dmas{0};  // see detail::staged_upload_dma_count
 std::atomic<std::uint64_t> staged_uploads_with_ordinary_stores{0};  // see detail::ordinary_store_upload_count
 std::atomic<std::uint64_t> staged_downloads_demoting{0};            // see detail::demoting_download_count
-std::atomic<std::uint64_t> staged_downloads_on_second_ring{0};      // see detail::second_ring_download_count
+std::atomic<std::uint64_t> staged_downloads_on_alternate_half{0};   // see detail::alternate_half_download_count
 std::atomic<unsigned> download_ring_turn{0};  // bit 0: the ring the next download that keeps its lines takes
 
-// An upload with ordinary stores (copy_options::ordinary_stores_above) writes
-// its first chunks with streaming stores and demotes the staging of its last
-// ones (see "Stores" at staged_to_device).
+// An upload with ordinary stores writes its first chunks with streaming stores,
+// whose DMAs follow at once, and demotes its last ones, whose DMAs follow
+// before the lines leave the writers' caches (see "Stores" at staged_to_device).
 constexpr std::size_t streaming_head_chunks = 5;
 constexpr std::size_t demoted_tail_chunks = 3;
 
@@ -354,91 +354,31 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // the DMAs of the chunks before them run; the caller finishes each chunk in
 // turn, enqueues its DMA and opens the chunk that will reuse its buffer (the
 // threads wait for the DMA before they write it). Returns once the last DMA
-// is enqueued.
+// is enqueued. docs/transfers.md, "The staging pipeline", says why each part
+// is there; transfer/h2d and transfer/h2d-interleaved measure it.
 //
-// Growth: the chunks grow by half (copy_options::min_chunk, then one and a
-// half times the chunk before, up to max_chunk), not by doubling as those of
-// downloads: the host copies a cached source at only about 1.0-1.3 times
-// the link's speed on the H100 and H200 machines, so with doubling chunks
-// each chunk's copy outlasted the DMA of the one before it and the link stood
-// idle 50-100 us in all while the chunks grew (bench/results/2026-11-22-
-// upload-growth, timelines). In alternating runs on three H200 machines, 64 MiB
-// uploads went from 87.7%, 83.3% and 79.7% of pinned to 91.5%, 88.8% and
-// 81.5% (medians), 16 MiB ones from 79.3%, 75.6% and 74.3% to 83.0%, 78.4%
-// and 74.7%; downloads growing by half did a little worse at 4 and 16 MiB
-// (54.2% to 51.6%, 53.4% to 51.7%), and keep doubling.
+// Growth: chunks grow by half rather than double, because the host copies a
+// cached source at only about the link's speed and doubling chunks left the
+// link idle while each copy outlasted the DMA before it.
 //
-// Threads: uploads up to 4 MiB (detail::more_threads_for_uploads_up_to) copy
-// with half as many threads again as the default (12 instead of 8 on 16
-// cores), as downloads that demote do. A 512 KiB chunk is 8 pieces of
-// 64 KiB; with 12 threads the first 8 to arrive take them, so that one late
-// thread no longer holds up the chunk whose DMA the link waits for. With 8
-// threads, 1 MiB uploads on the H200 machines ran in one of two modes from
-// process to process, about 41 us or 49 us (57% or 48% of pinned); with 12,
-// in the faster one. Medians of alternating runs on three H200 machines with
-// the idea as a switch (bench/results/2026-11-22-short-uploads): 1 MiB 56.4%
-// to 57.3%, 53.6% to 56.6%, 58.5% to 59.0%; on a fourth, this code against
-// ca03d74: 51.7% to 55.0%; 4 MiB unchanged (67.9-71.0% either way). 16 MiB
-// uploads did worse with 12 threads (81.9% against 77.9%) and keep 8; those
-// larger than ordinary_stores_above take 12 (see "Threads for large uploads").
+// Threads: short uploads and uploads with ordinary stores take half as many
+// threads again (upload_threads), so that no late thread holds up the chunk
+// the link waits for, and so that a source read from memory keeps the link fed.
 //
-// Pacing: host copies running far ahead of the link slow its DMAs (memory
-// traffic beside them: on the H200 machine 4 MiB DMAs ran at 29-42 GB/s
-// beside eight threads copying a cached source at over 100 GB/s, 55 GB/s
-// alone), so the job keeps as few threads as keep the link fed: one fewer
-// each time a chunk is ready while two DMAs are still queued, all of them as
-// soon as the link is about to run dry (the previous DMA has completed).
+// Pacing: host copies running far ahead of the link slow its DMAs, so the job
+// drops one thread each time a chunk is ready while two DMAs are still queued,
+// and takes all of them back as soon as the link is about to run dry.
 //
-// Merging: a chunk that is ready while the two DMAs before it are still
-// queued (or whose next chunk is ready too) goes in one DMA with the next
-// chunk when that lies right after it in the ring: fewer, larger DMAs from
-// the same buffers. Each DMA costs the link about 2 us (on the H200 machine
-// the engine's 19 chunks of a 64 MiB upload took 1257 us from pinned memory,
-// 12 chunks of up to 8 MiB 1238 us, one DMA 1211 us); merged, 64 MiB uploads
-// went from 87.5-88.9% of pinned to 88.3-90.4%, 256 MiB from 90.4-92.2% to
-// 94.5-94.8% (same lease, alternating runs). Larger buffers instead (6 of
-// 8 MiB) did as well at 64 MiB, with 1.5 times the pinned memory.
+// Merging: a chunk that is ready while two DMAs are still queued goes in one
+// DMA with the next chunk when that lies right after it in the ring, because
+// each DMA costs the link about 2 us.
 //
-// Stores: an upload larger than copy_options::ordinary_stores_above (32
-// MiB) writes the staging of its middle chunks with ordinary stores (memcpy)
-// and keeps every thread, without pacing; its first chunks get streaming
-// stores, and its last ones ordinary stores that the writing thread demotes
-// at once. What slows DMAs beside the host copies is streaming stores, which
-// write memory: on an H200 machine a 32 MiB DMA from pinned memory ran at
-// 54.4-54.7 GB/s beside 3 to 12 threads copying a cached source into another
-// pinned buffer with memcpy (37-131 GB/s together), at 37-40 GB/s beside six
-// threads with streaming stores and 28-30 beside eight; spreading the DMAs
-// over two or four streams changed nothing (bench/results/2026-11-22-upload-
-// growth, probe-dma-beside-stores.txt). But lines that ordinary stores leave
-// in the writing cores' private caches slow the DMA that reads them next
-// (16-42 GB/s for an upload's first chunks, 20-47 for its last): the first
-// chunks, whose DMAs follow right after them, get streaming stores, and the
-// last ones are demoted; the middle ones have left the writers' caches by the
-// time their DMAs read them (52.4-52.9 GB/s). In alternating runs (medians of
-// the engine against pinned memory), on one H200 machine with the idea as a
-// switch: 64 MiB uploads 88.1% to 91.9%, 256 MiB 91.4% to 94.9%, 1 GiB 89.4%
-// to 96.8%; on another with this code: 64 MiB 86.7% either way, 256 MiB
-// 91.1% to 93.3%, 1 GiB 94.1% and 93.5%. 16 MiB uploads did worse with
-// ordinary stores anywhere (their few chunks are all first or last ones) and
-// keep streaming stores and the pacing.
-//
-// Threads for large uploads: such an upload copies with half as many threads
-// again as the default from its first chunk (12 instead of 8 on 16 cores).
-// Its host copies read the source from memory when it is larger than the
-// cache or was pushed out of it, where eight threads copy 46-61 GB/s on the
-// H200 machines, little above the link's 55, and less when other programs use
-// memory too. Copy by copy, alternating in one process with the engine
-// before (which kept the extra threads for when the link ran dry; bench/
-// results/2026-11-22-large-upload-threads, variants.txt; medians of blocks
-// of 7-41 copies): on an H100 machine 64 MiB uploads went from 81.8-86.6% of
-// pinned to 88.6-91.7%, 1 GiB ones from 88.1-95.1% to 95.5-98.5% (16 of 16
-// blocks better); on an H200 machine whose host kept up, 256 MiB from
-// 89.4-93.4% to 93.4-94.5%, 1 GiB from 95.7-96.9% to 96.8-97.1%, 64 MiB by
-// -1.2 to +1.4 points. Ten threads did as well as twelve there, fourteen a
-// little worse; sixteen had done worse than twelve (2026-11-22-rounds).
+// Stores: a large upload writes its middle chunks with ordinary stores, since
+// streaming stores (which write memory) slow the DMAs beside them, and keeps
+// every thread, without pacing.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
-                          const copy_options& o) {
-  const int threads = detail::upload_threads(bytes, o);
+                          const copy_options& o, const detail::staging_thresholds& t) {
+  const int threads = detail::upload_threads(bytes, o, t);
   host_copy_pool::instance().wake(threads);
   wait_for(s);  // (a): earlier work on s may still write the source
   std::size_t largest = 0;
@@ -453,7 +393,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
     // chunk it carries), the host copies are paced to the link, and DMAs are
     // merged while it is busy (see the notes above).
     const bool pace = count >= 3;
-    const bool ordinary = bytes > o.ordinary_stores_above;
+    const bool ordinary = bytes > t.ordinary_stores_above;
     if (ordinary) {
       const std::size_t n = chunks.size();
       const std::size_t ordinary_from = std::min(n, streaming_head_chunks);
@@ -503,40 +443,24 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
 // caller refills a buffer as soon as its chunk is out. Finishes before
 // returning, so every device-side read has completed (b) without pinning the
 // whole copy. The first DMAs go out before the pool is woken and the job is
-// built (about 4 us on the H200 machine, now spent while the first DMA runs:
-// 1 MiB downloads went from 47-48% to 50-53% of pinned in one lease).
+// built, so that those few microseconds overlap the first DMA.
 //
-// Demoting (copy_options::demote_downloads_up_to): a DMA into a buffer whose
-// lines sit in cores' private caches runs far slower, which a short download
-// meets at its start when it reuses the buffers of the last one; demoting the
-// lines costs the copy-out threads time, which a long download, limited by
-// its copy-out, cannot spare. In alternating runs on an H100 and an H200
-// machine (bench/results/2026-11-21-downloads-demote), leaving the lines took
-// downloads of 64 MiB and more from 60-90% of pinned to 88-97% (medians),
-// while 1-4 MiB ones did worse without demoting (4 MiB: 37-44% against
-// 53-57%). Demoting downloads copy out with 12 threads rather than 8 (on
-// those 16-core machines): 16 MiB ones went from 63-71% to 74-79%. The
-// threads demote once they have reported their pieces done (host_copy_pool.hpp,
-// "Demoting later"): in alternating runs (bench/results/2026-11-22-demote-later)
-// 1 MiB downloads went from 46.0% of pinned to 56.4% (medians) on an H200
-// machine, from 42.5% to 48.9% on a noisy H100 machine.
+// Demoting: a DMA into a buffer whose lines sit in cores' private caches runs
+// far slower, which a short download meets at its start when it reuses the
+// buffers of the last one; so short downloads demote what they read (with
+// half as many threads again, since demoting costs them time), while long
+// ones, limited by their copy-out, cannot spare that time.
 //
-// Two rings: a download that leaves its lines takes a block of twice the
-// ring and uses its halves in turn, one download after the other, so that its
-// first DMAs land in buffers the cores read a whole download ago (long
-// evicted from their private caches), not in those the last download read
-// at its end. In alternating runs (bench/results/2026-11-21-download-rings)
-// on an H200 machine, with two blocks in turn, 64 MiB downloads went from
-// 86.4-87.7% of pinned to 90.4-92.8%, 256 MiB ones from 94.0-94.9% to
-// 95.7-96.2%; on an H100 machine, with this code, the medians went from 86.7%
-// to 90.7% and from 94.4% to 96.2%. Starting each download after the buffer
-// where the last one ended, in one ring, gained about a point.
+// Two rings: a download that leaves its lines takes a block of twice the ring
+// and uses its halves in turn, so that its first DMAs land in buffers the
+// cores read a whole download ago, not in those the last download read at its
+// end (transfer/d2h, bench/results/h200).
 transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
-                        const copy_options& o) {
+                        const copy_options& o, const detail::staging_thresholds& t) {
   std::size_t largest = 0;
   const auto chunks = detail::plan_chunks(bytes, o, detail::chunk_growth::doubling, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
-  const bool demoting = detail::demotes_download(bytes, o);
+  const bool demoting = detail::demotes_download(bytes, t);
   const std::size_t rings = demoting ? 1 : 2;
   staging_ring ring{o, rings * count, largest, s};
   // The half this download uses (see "Two rings" above).
@@ -549,9 +473,9 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
     landed.record(i % count, s);
   };
   for (std::size_t i = 0; i < count; ++i) enqueue(i);
-  const int threads = detail::download_threads(bytes, o);
+  const int threads = detail::download_threads(bytes, o, t);
   host_copy_pool::instance().wake(threads);
-  if (second) staged_downloads_on_second_ring.fetch_add(1, std::memory_order_relaxed);
+  if (second) staged_downloads_on_alternate_half.fetch_add(1, std::memory_order_relaxed);
   {
     host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, dst, nullptr,
                             chunks, threads};
@@ -632,7 +556,7 @@ transfer across_backends(std::byte* dst, const std::byte* src, std::size_t bytes
 
 // The path for two classified sides (see the table in copy.hpp).
 transfer dispatch(void* dst, const side& to, const void* src, const side& from, std::size_t bytes, stream_view stream,
-                  const copy_options& options) {
+                  const copy_options& options, const detail::staging_thresholds& thresholds = {}) {
   auto* out = static_cast<std::byte*>(dst);
   const auto* in = static_cast<const std::byte*>(src);
   if (is_host(to) && is_host(from)) return host_to_host(dst, src, bytes, stream, options);
@@ -652,19 +576,19 @@ transfer dispatch(void* dst, const side& to, const void* src, const side& from, 
   if (from.kind == memory_kind::device) {  // to host
     if (to.kind == memory_kind::pinned_host) return direct(dst, src, bytes, stream, copy_path::dma);
     if (bytes <= options.direct_threshold) return direct_to_pageable(dst, src, bytes, stream);
-    return staged_to_host(out, in, bytes, stream, options);
+    return staged_to_host(out, in, bytes, stream, options, thresholds);
   }
   // from host to device
   if (from.kind == memory_kind::pinned_host) return direct(dst, src, bytes, stream, copy_path::dma);
   if (bytes <= options.direct_threshold) return direct_from_pageable(dst, src, bytes, stream);
-  return staged_to_device(out, in, bytes, stream, options);
+  return staged_to_device(out, in, bytes, stream, options, thresholds);
 }
 
 }  // namespace
 
 namespace {
 // One and a half times `n`, rounded up to whole pages, at most `most`.
-std::size_t half_again(std::size_t n, std::size_t most) {
+std::size_t grow_by_half(std::size_t n, std::size_t most) {
   constexpr std::size_t page = 4096;
   constexpr std::size_t largest_safe = (std::numeric_limits<std::size_t>::max() - page) / 3 * 2;
   if (n >= most || n >= largest_safe) return most;
@@ -686,28 +610,29 @@ std::vector<host_copy_pool::job::chunk> detail::plan_chunks(std::size_t bytes, c
     if (growth == chunk_growth::doubling) {
       next = next > o.max_chunk / 2 ? o.max_chunk : next * 2;
     } else {
-      next = half_again(next, o.max_chunk);
+      next = grow_by_half(next, o.max_chunk);
     }
   }
   return chunks;
 }
 
-bool detail::demotes_download(std::size_t bytes, const copy_options& o) noexcept {
-  return bytes <= o.demote_downloads_up_to;
+bool detail::demotes_download(std::size_t bytes, const staging_thresholds& t) noexcept {
+  return bytes <= t.demote_downloads_up_to;
 }
 
 // Short uploads, uploads with ordinary stores and demoting downloads copy with
 // half as many threads again as the default (see staged_to_device and
 // staged_to_host), unless the options set a number: at most three quarters of
 // the cores.
-int detail::upload_threads(std::size_t bytes, const copy_options& o, int usual) noexcept {
+int detail::upload_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t, int usual) noexcept {
   if (o.host_threads > 0) return o.host_threads;
-  return bytes <= more_threads_for_uploads_up_to || bytes > o.ordinary_stores_above ? usual * 3 / 2 : usual;
+  return bytes <= more_threads_for_uploads_up_to || bytes > t.ordinary_stores_above ? usual * 3 / 2 : usual;
 }
 
-int detail::download_threads(std::size_t bytes, const copy_options& o, int usual) noexcept {
+int detail::download_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
+                             int usual) noexcept {
   if (o.host_threads > 0) return o.host_threads;
-  return demotes_download(bytes, o) ? usual * 3 / 2 : usual;
+  return demotes_download(bytes, t) ? usual * 3 / 2 : usual;
 }
 
 std::uint64_t detail::staged_upload_dma_count() noexcept { return staged_upload_dmas.load(std::memory_order_relaxed); }
@@ -717,8 +642,8 @@ std::uint64_t detail::ordinary_store_upload_count() noexcept {
 std::uint64_t detail::demoting_download_count() noexcept {
   return staged_downloads_demoting.load(std::memory_order_relaxed);
 }
-std::uint64_t detail::second_ring_download_count() noexcept {
-  return staged_downloads_on_second_ring.load(std::memory_order_relaxed);
+std::uint64_t detail::alternate_half_download_count() noexcept {
+  return staged_downloads_on_alternate_half.load(std::memory_order_relaxed);
 }
 
 // ---- public ------------------------------------------------------------------------------
@@ -789,6 +714,11 @@ transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view s
 }
 
 transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view stream, const copy_options& options) {
+  return detail::copy_async_with(dst, src, bytes, stream, options, detail::staging_thresholds{});
+}
+
+transfer detail::copy_async_with(void* dst, const void* src, std::size_t bytes, stream_view stream,
+                                 const copy_options& options, const staging_thresholds& thresholds) {
   if (bytes == 0) return {};
   check_options(options);
   SYNCMEM_EXPECTS(dst != nullptr, fmt::format("copy_async: the destination is null (copying {} bytes)", bytes));
@@ -810,7 +740,7 @@ transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view s
   check_extent(src, bytes, from, "source");
   check_stream(stream, to, from);
 
-  return dispatch(dst, to, src, from, bytes, stream, options);
+  return dispatch(dst, to, src, from, bytes, stream, options, thresholds);
 }
 
 transfer detail::copy_async_known(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,

@@ -32,6 +32,25 @@ void finish_completed(transfer& t) noexcept;
 // emulated device pinned is pageable to CUDA, and the other way round).
 [[nodiscard]] memory_kind host_memory_kind_for(const void* p, device_kind backend);
 
+// Which staged copies get the engine's two treatments for caches. The library
+// always copies with the defaults; tests and the benchmarks that measure the
+// treatments (engine-streaming, engine-ordinary in bench/transfers.cpp) pass
+// others to copy_async_with.
+struct staging_thresholds {
+  // Uploads larger than this write their middle chunks with ordinary stores,
+  // which leave the DMAs beside them at full speed (transfer/h2d against
+  // engine-streaming, bench/results/h200).
+  std::size_t ordinary_stores_above = std::size_t{32} << 20;
+  // Downloads up to this demote the staging lines they read, which would slow
+  // the next download's first DMAs; larger ones, limited by their copy-out,
+  // alternate between two rings instead (transfer/d2h, bench/results/h200).
+  std::size_t demote_downloads_up_to = std::size_t{16} << 20;
+};
+
+// copy_async with thresholds other than the library's.
+[[nodiscard]] transfer copy_async_with(void* dst, const void* src, std::size_t bytes, stream_view stream,
+                                       const copy_options& options, const staging_thresholds& thresholds);
+
 // How the chunks of a staged copy grow from copy_options::min_chunk to
 // max_chunk: uploads by half (each chunk one and a half times the one before
 // it, rounded up to whole pages), downloads and copies between devices by
@@ -45,39 +64,42 @@ enum class chunk_growth { doubling, by_half };
                                                                   chunk_growth growth, std::size_t& largest);
 
 // Uploads up to this size copy into their staging with half as many threads
-// again as the default (see staged_to_device in copy.cpp).
+// again as the default, so that one late thread does not hold up the chunk the
+// link waits for (transfer/h2d at 1 MiB, bench/results/h200).
 inline constexpr std::size_t more_threads_for_uploads_up_to = std::size_t{4} << 20;
 
 // How many threads, the caller included, copy a staged upload of `bytes`
 // bytes into its staging (upload_threads) or out of it (download_threads):
 // what the options set, else `usual` (the pool's default), half as many
 // again for uploads up to more_threads_for_uploads_up_to or larger than
-// copy_options::ordinary_stores_above and for downloads that demote. Shared
-// with the timeline tool.
+// staging_thresholds::ordinary_stores_above and for downloads that demote.
+// Shared with the timeline tool.
 [[nodiscard]] int upload_threads(std::size_t bytes, const copy_options& options,
+                                 const staging_thresholds& thresholds = {},
                                  int usual = host_copy_pool::default_threads()) noexcept;
 [[nodiscard]] int download_threads(std::size_t bytes, const copy_options& options,
+                                   const staging_thresholds& thresholds = {},
                                    int usual = host_copy_pool::default_threads()) noexcept;
 
 // Whether a staged download of `bytes` bytes demotes the staging lines it
-// reads (copy_options::demote_downloads_up_to). Shared with the timeline tool.
-[[nodiscard]] bool demotes_download(std::size_t bytes, const copy_options& options) noexcept;
+// reads. Shared with the timeline tool.
+[[nodiscard]] bool demotes_download(std::size_t bytes, const staging_thresholds& thresholds = {}) noexcept;
 
 // DMAs that staged uploads have enqueued in this process, merged ones counted
 // once (for tests).
 [[nodiscard]] std::uint64_t staged_upload_dma_count() noexcept;
 
 // Staged uploads that wrote their staging with ordinary stores
-// (copy_options::ordinary_stores_above), in this process (for tests).
+// (staging_thresholds::ordinary_stores_above), in this process (for tests).
 [[nodiscard]] std::uint64_t ordinary_store_upload_count() noexcept;
 
 // Staged downloads that demoted their staging lines
-// (copy_options::demote_downloads_up_to), in this process (for tests).
+// (staging_thresholds::demote_downloads_up_to), in this process (for tests).
 [[nodiscard]] std::uint64_t demoting_download_count() noexcept;
 
-// Staged downloads that used the second of their block's two rings (larger
-// than copy_options::demote_downloads_up_to: they alternate), in this process
-// (for tests).
-[[nodiscard]] std::uint64_t second_ring_download_count() noexcept;
+// Staged downloads that used the alternate half of their double staging block
+// (those larger than staging_thresholds::demote_downloads_up_to alternate), in
+// this process (for tests).
+[[nodiscard]] std::uint64_t alternate_half_download_count() noexcept;
 
 }  // namespace syncmem::detail

@@ -24,11 +24,9 @@ namespace syncmem::detail {
 
 namespace {
 // How long an idle worker looks for work before it sleeps: longer than the
-// tail of a staged upload (its last DMAs run after the host copies are done),
-// so that back-to-back copies find the workers awake, as OpenMP runtimes spin
-// before they sleep. On the (virtual) H200 machine, with 100 us here, a
-// 64 MiB upload's first three chunks were sometimes ready only after 190-245
-// us instead of about 51 us: the caller copied alone while its workers woke.
+// tail of a staged upload, so that back-to-back copies find the workers awake
+// (waking them in a virtual machine delayed a 64 MiB upload's first chunks
+// fourfold in bench/tuning/transfer_timeline.cpp).
 constexpr auto worker_spin = std::chrono::microseconds{1000};
 // How long a caller waiting for a chunk spins before it sleeps: the pieces of
 // a chunk take tens of microseconds, and waking a sleeper takes several.
@@ -110,14 +108,10 @@ host_copy_pool& host_copy_pool::instance() {
 }
 
 int host_copy_pool::default_threads() noexcept {
-  // Half the cores, at most 8: 8 threads with streaming stores copy 43 GB/s
-  // on the H100 machine, near the link's 55 GB/s, and leave cores to the
-  // CUDA driver and the application. With 16 threads on its 16 cores, staged
-  // copies ran at 40 GB/s in some runs and at 4-13 GB/s in others.
-  // Counted once: std::thread::hardware_concurrency reads /sys on glibc (3.2 us
-  // a call on the H200 machine), and every staged or host-to-host copy asks.
-  // In alternating runs there, 1 MiB uploads went from 55.9% of pinned to
-  // 58.4% (medians; bench/results/2026-11-22-short-uploads, call 9).
+  // Half the cores, at most 8: enough to feed the link (transfer/h2d in
+  // bench/results/h200) while leaving cores to the driver and the application,
+  // where all the cores made staged copies erratic (bench/results/h100). Counted
+  // once, because hardware_concurrency reads /sys on glibc on every call.
   static const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1U, 8U));
   return threads;
 }
@@ -212,13 +206,9 @@ void host_copy_pool::copy_streaming(void* dst, const void* src, std::size_t byte
   std::memcpy(d, s, bytes);
 }
 
-// A large piece copied with streaming stores: the destination is not pulled
-// into the cache first, which saves a third of the memory traffic of the copy.
-// Measured on the H100 machine: 16 threads reach 59.5 GB/s this way, 45 GB/s
-// with memcpy (bench/tuning/engine_tuning.cpp). The widest stores the CPU has:
-// on a (slower) H100 machine of 2026-11-21, pipelined 256 MiB uploads through
-// eight threads went at 42.0 GB/s with 64-byte stores, 33.0 with 16-byte ones
-// (bench/results/2026-11-21-stores-h100-h200).
+// A large piece is copied with the widest streaming stores the CPU has, which
+// do not pull the destination into the cache first and so save a third of the
+// copy's memory traffic (bench/tuning/engine_tuning.cpp measures both ways).
 void host_copy_pool::copy_piece(void* dst, const void* src, std::size_t bytes) noexcept {
   constexpr std::size_t streaming_from = std::size_t{64} << 10;
   if (bytes >= streaming_from) {
@@ -428,9 +418,8 @@ void host_copy_pool::job::fail(std::exception_ptr error) noexcept {
   failed_.store(true, std::memory_order_release);  // publishes error_
 }
 
-// One thread waits for the gate's event; the others watch it wait: many
-// threads in cudaEventSynchronize at once contend inside the driver (a chunk
-// of a staged download took twice as long that way on the H100 machine).
+// One thread waits for the gate's event and the others watch it wait, because
+// many threads in cudaEventSynchronize at once contend inside the driver.
 void host_copy_pool::job::pass_gate(chunk_state& state) noexcept {
   int expected = gate_closed;
   if (state.gate_state.compare_exchange_strong(expected, gate_waiting, std::memory_order_acquire)) {

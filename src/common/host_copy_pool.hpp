@@ -17,13 +17,9 @@
 // Demoting later: a thread of a from_staging job that demotes the staging
 // lines it has read does so after it has reported its piece done, when it
 // would otherwise wait (at a gate, for the rest of a chunk, for work), so
-// that demoting, which took longer than the copy itself, is not on the
-// copy's critical path. Measured on the H200 machine, 12 threads copying a
-// 512 KiB chunk out of a buffer a DMA had just written took 6.9-7.1 us when
-// they left the lines, 15.4-15.7 us when each demoted its piece right after
-// copying it, 7.0-7.1 us when it demoted it after the chunk was out; the next
-// DMA into the buffer ran at 40.1-42.8 GB/s after either demote, 31.9-33.0
-// GB/s after the lines were left. A pool thread may thus demote lines
+// that demoting, which takes longer than the copy itself, is not on the
+// copy's critical path (bench/tuning/transfer_timeline.cpp shows both). A pool
+// thread may thus demote lines
 // after the job has ended and its buffers have been freed: CLDEMOTE is a hint
 // that faults on no address and changes no byte.
 
@@ -64,9 +60,7 @@ class host_copy_pool {
   // Copies one piece, with streaming (non-temporal) stores when it is large.
   // Streaming stores skip reading the destination into the cache first, and
   // leave no dirty lines behind that a DMA reading the destination next would
-  // have to fetch from the cores' caches: measured on the H100 machine, a
-  // 4 MiB staging buffer filled by 16 threads went up in 88 us after
-  // streaming stores, 198 us after ordinary ones.
+  // have to fetch from the cores' caches (bench/tuning/engine_tuning.cpp).
   // Pieces are written with the widest streaming stores the CPU has
   // (widest_streaming_store).
   static void copy_piece(void* dst, const void* src, std::size_t bytes) noexcept;
@@ -79,15 +73,10 @@ class host_copy_pool {
   // Whether demote does anything on this CPU (CLDEMOTE).
   [[nodiscard]] static bool can_demote() noexcept;
   // Moves the cache lines of a range out of this core's private caches into
-  // the shared cache (CLDEMOTE, where the CPU has it; nothing elsewhere). The
-  // threads of a short download (copy_options::demote_downloads_up_to)
-  // demote each piece of a staging buffer they have read: a DMA writing a
-  // buffer whose lines sit in cores' private caches runs far slower.
-  // Measured on the H200 machine: a 4 MiB DMA into a pinned buffer that
-  // eight threads had just read ran at 35 GB/s, at 53 GB/s after they
-  // demoted its lines, as into a buffer no core had read. The threads of a
-  // large upload demote the last chunks they write (job::set_stores): a DMA
-  // reading lines from cores' private caches runs slower too.
+  // the shared cache (CLDEMOTE, where the CPU has it; nothing elsewhere), so
+  // that the next DMA reading or writing them does not have to fetch them from
+  // a core's private cache, which runs it far slower. Short downloads demote
+  // what they have read, large uploads the last chunks they write.
   static void demote(const void* p, std::size_t bytes) noexcept;
   // Staging ranges that threads have handed to demote, in bytes, since the
   // process started (for tests). A from_staging job's threads demote what
@@ -102,9 +91,8 @@ class host_copy_pool {
 
  private:
   // A job that wants pool threads, in a slot that they look at without a
-  // lock: a lock every thread takes to join made a job's start cost a
-  // microsecond or more per thread (measured on the H200 machine: a 256 KiB
-  // copy took 7.7 us with 4 threads and 20 us with 16).
+  // lock, because a lock every thread takes to join made a job's start cost a
+  // microsecond or more per thread (bench/tuning/engine_tuning.cpp).
   struct alignas(64) slot {
     std::atomic<job*> current{nullptr};
     std::atomic<int> visitors{0};  // pool threads looking at or working on the slot's job

@@ -7,8 +7,7 @@
 #include <memory>
 
 #include "resource_conformance.hpp"
-#include "syncmem/mr/cuda_resource.hpp"
-#include "syncmem/mr/emulated_resource.hpp"
+#include "syncmem/mr/device_resource.hpp"
 
 namespace syncmem::test {
 
@@ -16,13 +15,7 @@ template <device_kind Kind, int Index = 0>
 struct adapted_source : on_device<Kind> {
   static device_id device() { return device_id{Kind, Index}; }
   static mr::memory_resource& upstream() {
-    static mr::memory_resource* const source = [] () -> mr::memory_resource* {
-      if constexpr (Kind == device_kind::cuda) {
-        return new mr::cuda_resource{device_id{Kind, Index}};
-      } else {
-        return new mr::emulated_resource{device_id{Kind, Index}};
-      }
-    }();
+    static auto* const source = new mr::device_resource{device_id{Kind, Index}};
     return *source;
   }
 };

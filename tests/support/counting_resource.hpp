@@ -5,11 +5,9 @@
 // with mr::set_per_device_resource for a test's scope).
 
 #include <atomic>
-#include <memory>
 #include <string>
 
-#include "syncmem/mr/cuda_resource.hpp"
-#include "syncmem/mr/emulated_resource.hpp"
+#include "syncmem/mr/device_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 
@@ -18,26 +16,23 @@ namespace syncmem::test {
 class counting_device_resource final : public mr::memory_resource {
  public:
   explicit counting_device_resource(device_id device)
-      : memory_resource{memory_kind::device, device, mr::default_alignment},
-        upstream_{device.kind() == device_kind::cuda
-                      ? std::unique_ptr<mr::memory_resource>{std::make_unique<mr::cuda_resource>(device)}
-                      : std::unique_ptr<mr::memory_resource>{std::make_unique<mr::emulated_resource>(device)}} {}
+      : memory_resource{memory_kind::device, device, mr::default_alignment}, upstream_{device} {}
   std::string name() const override { return "counting_device_resource"; }
   std::atomic<int> live{0};
   std::atomic<int> allocations{0};
 
  private:
   void* do_allocate(std::size_t bytes, stream_view s, std::size_t a) override {
-    void* p = upstream_->allocate(bytes, s, a);
+    void* p = upstream_.allocate(bytes, s, a);
     ++live;
     ++allocations;
     return p;
   }
   void do_deallocate(void* p, std::size_t bytes, stream_view s, std::size_t a) noexcept override {
     --live;
-    upstream_->deallocate(p, bytes, s, a);
+    upstream_.deallocate(p, bytes, s, a);
   }
-  std::unique_ptr<mr::memory_resource> upstream_;
+  mr::device_resource upstream_;
 };
 
 // Makes a counting resource the default of `device` for a scope.

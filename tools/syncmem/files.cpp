@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +13,24 @@
 #include <fmt/format.h>
 
 namespace syncmem::tool {
+
+void add_page_arguments(CLI::App& command, std::string& input, const std::string& input_name,
+                        const std::string& input_help, std::string& output) {
+  const std::string stem = input_name.substr(0, input_name.find('.'));
+  std::string name = stem;  // "snapshot", as CLI11 names it in "snapshot is required"
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  command.add_option(name, input, input_help)->type_name(input_name)->required();
+  command.add_option("-o,--output", output, fmt::format("The page to write (default: {} with .html)", stem))
+      ->type_name("FILE");
+}
+
+std::string page_path(const std::string& input, const std::string& output, const std::string& what) {
+  std::string page = output;
+  if (page.empty()) page = std::filesystem::path{input}.replace_extension(".html").string();
+  if (page == input) throw input_error{fmt::format("-o: the page would overwrite the {}; name another file", what)};
+  check_writable(page, "-o");
+  return page;
+}
 
 std::string read_file(const std::string& path, const std::string& what) {
   std::error_code ec;

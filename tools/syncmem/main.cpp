@@ -10,6 +10,7 @@
 #include "bench_command.hpp"
 #include "files.hpp"
 #include "info.hpp"
+#include "report_command.hpp"
 #include "syncmem/version.hpp"
 #include "view_command.hpp"
 
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   syncmem::tool::add_bench_command(app, bench);
   syncmem::tool::view_options view;
   syncmem::tool::add_view_command(app, view);
+  syncmem::tool::report_options report;
+  syncmem::tool::add_report_command(app, report);
 
   // CLI11 reports an unknown command as a missing one; name it instead.
   auto is_command = [&app](const std::string& name) {
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("info")) return syncmem::tool::run_info(info);
     if (app.got_subcommand("bench")) return syncmem::tool::run_bench(bench);
     if (app.got_subcommand("view")) return syncmem::tool::run_view(view);
+    if (app.got_subcommand("report")) return syncmem::tool::run_report(report);
   } catch (const syncmem::tool::input_error& e) {
     fmt::print(stderr, "syncmem: {}\n", e.what());
     return 2;

@@ -1,7 +1,6 @@
 #include "view_command.hpp"
 
 #include <cstdio>
-#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -14,19 +13,12 @@ namespace syncmem::tool {
 
 void add_view_command(CLI::App& app, view_options& options) {
   auto* cmd = app.add_subcommand("view", "Draw an allocator snapshot (segments, blocks by state, labels) as HTML");
-  cmd->add_option("snapshot", options.snapshot_path, "A snapshot written by a syncmem allocator (syncmem.snapshot/1)")
-      ->type_name("SNAPSHOT.json")
-      ->required();
-  cmd->add_option("-o,--output", options.output_path, "The page to write (default: SNAPSHOT with .html)")
-      ->type_name("FILE");
+  add_page_arguments(*cmd, options.snapshot_path, "SNAPSHOT.json",
+                     "A snapshot written by a syncmem allocator (syncmem.snapshot/1)", options.output_path);
 }
 
 int run_view(const view_options& options) {
-  std::string output = options.output_path;
-  if (output.empty()) output = std::filesystem::path{options.snapshot_path}.replace_extension(".html").string();
-  if (output == options.snapshot_path)
-    throw input_error{"-o: the page would overwrite the snapshot; name another file"};
-  check_writable(output, "-o");
+  const std::string output = page_path(options.snapshot_path, options.output_path, "snapshot");
   const snapshot s = load_snapshot(options.snapshot_path);
   for (const auto& w : s.warnings) fmt::print(stderr, "syncmem view: warning: {}\n", w);
   write_file(output, render_snapshot_html(s, options.snapshot_path));

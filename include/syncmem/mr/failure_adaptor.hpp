@@ -10,7 +10,7 @@
 #include <memory>
 #include <mutex>
 
-#include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/mr/adaptor_base.hpp"
 
 namespace syncmem::mr {
 
@@ -21,8 +21,10 @@ namespace syncmem::mr {
 /// Device, kind and alignment are the upstream's; see memory_resource for the
 /// contract. Thread safety: as every resource; calls are numbered in the
 /// order they take the adaptor's counter.
-class failure_adaptor final : public memory_resource {
+class failure_adaptor final : public adaptor_base<failure_adaptor> {
  public:
+  static constexpr const char* adaptor_name = "failure_adaptor";
+
   /// @brief Decides whether allocate call number `call` (counted from 1 over
   /// the adaptor's life) of `bytes` on `stream` fails.
   using predicate = std::function<bool(std::uint64_t call, std::size_t bytes, stream_view stream)>;
@@ -40,8 +42,6 @@ class failure_adaptor final : public memory_resource {
   /// @param should_fail the calls to fail; empty fails none
   explicit failure_adaptor(memory_resource& upstream, predicate should_fail = {});
 
-  [[nodiscard]] memory_resource& upstream() const noexcept { return *upstream_; }
-  [[nodiscard]] std::string name() const override;
 
   /// @brief Replaces the predicate (empty fails none); the call count goes on.
   void set_predicate(predicate should_fail);
@@ -53,9 +53,7 @@ class failure_adaptor final : public memory_resource {
  private:
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept override;
-  [[nodiscard]] bool do_is_equal(const memory_resource& other) const noexcept override;
 
-  memory_resource* upstream_;
   mutable std::mutex mutex_;
   std::shared_ptr<const predicate> should_fail_;
   std::atomic<std::uint64_t> calls_{0};

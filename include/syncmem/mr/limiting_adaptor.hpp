@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cstddef>
 
-#include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/mr/adaptor_base.hpp"
 
 namespace syncmem::mr {
 
@@ -18,14 +18,14 @@ namespace syncmem::mr {
 /// Device, kind and alignment are the upstream's; see memory_resource for the
 /// contract. Thread safety: as every resource; the limit holds under
 /// concurrent allocations.
-class limiting_adaptor final : public memory_resource {
+class limiting_adaptor final : public adaptor_base<limiting_adaptor> {
  public:
+  static constexpr const char* adaptor_name = "limiting_adaptor";
+
   /// @param upstream the resource allocations go to; must outlive the adaptor
   /// @param limit_bytes the most bytes that may be allocated at once
   limiting_adaptor(memory_resource& upstream, std::size_t limit_bytes);
 
-  [[nodiscard]] memory_resource& upstream() const noexcept { return *upstream_; }
-  [[nodiscard]] std::string name() const override;
   [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
   /// @brief Bytes allocated through the adaptor now.
   [[nodiscard]] std::size_t allocated_bytes() const noexcept { return allocated_.load(std::memory_order_relaxed); }
@@ -33,9 +33,7 @@ class limiting_adaptor final : public memory_resource {
  private:
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept override;
-  [[nodiscard]] bool do_is_equal(const memory_resource& other) const noexcept override;
 
-  memory_resource* upstream_;
   std::size_t limit_;
   std::atomic<std::size_t> allocated_{0};
 };

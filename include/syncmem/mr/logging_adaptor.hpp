@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/mr/adaptor_base.hpp"
 
 namespace syncmem::mr {
 
@@ -51,8 +51,10 @@ struct trace_event {
 ///
 /// Device, kind and alignment are the upstream's; see memory_resource for the
 /// contract. Thread safety: as every resource.
-class logging_adaptor final : public memory_resource {
+class logging_adaptor final : public adaptor_base<logging_adaptor> {
  public:
+  static constexpr const char* adaptor_name = "logging_adaptor";
+
   /// @brief The trace's first line.
   static constexpr const char* format_line = "# syncmem.trace/1";
   /// @brief Its second line: the column names.
@@ -66,8 +68,6 @@ class logging_adaptor final : public memory_resource {
   logging_adaptor(memory_resource& upstream, const std::string& path);
   ~logging_adaptor() override;
 
-  [[nodiscard]] memory_resource& upstream() const noexcept { return *upstream_; }
-  [[nodiscard]] std::string name() const override;
   /// @brief Flushes what was written to the stream or file.
   void flush();
 
@@ -83,10 +83,8 @@ class logging_adaptor final : public memory_resource {
  private:
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept override;
-  [[nodiscard]] bool do_is_equal(const memory_resource& other) const noexcept override;
   void write(trace_action action, const void* p, std::size_t bytes, stream_view stream) noexcept;
 
-  memory_resource* upstream_;
   std::unique_ptr<std::ofstream> file_;
   std::ostream* out_;
   std::mutex mutex_;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/mr/adaptor_base.hpp"
 
 namespace syncmem::mr {
 
@@ -31,13 +31,13 @@ struct resource_statistics {
 ///
 /// Device, kind and alignment are the upstream's; see memory_resource for the
 /// contract. Thread safety: as every resource.
-class statistics_adaptor final : public memory_resource {
+class statistics_adaptor final : public adaptor_base<statistics_adaptor> {
  public:
+  static constexpr const char* adaptor_name = "statistics_adaptor";
+
   /// @param upstream the resource allocations go to; must outlive the adaptor
   explicit statistics_adaptor(memory_resource& upstream);
 
-  [[nodiscard]] memory_resource& upstream() const noexcept { return *upstream_; }
-  [[nodiscard]] std::string name() const override;
 
   /// @brief The counts so far.
   [[nodiscard]] resource_statistics statistics() const;
@@ -47,9 +47,7 @@ class statistics_adaptor final : public memory_resource {
  private:
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept override;
-  [[nodiscard]] bool do_is_equal(const memory_resource& other) const noexcept override;
 
-  memory_resource* upstream_;
   mutable std::mutex mutex_;
   resource_statistics statistics_;
 };

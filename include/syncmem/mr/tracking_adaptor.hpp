@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/mr/adaptor_base.hpp"
 
 namespace syncmem::mr {
 
@@ -34,14 +34,14 @@ struct tracked_allocation {
 ///
 /// Device, kind and alignment are the upstream's; see memory_resource for the
 /// contract. Thread safety: as every resource.
-class tracking_adaptor final : public memory_resource {
+class tracking_adaptor final : public adaptor_base<tracking_adaptor> {
  public:
+  static constexpr const char* adaptor_name = "tracking_adaptor";
+
   /// @param upstream the resource allocations go to; must outlive the adaptor
   explicit tracking_adaptor(memory_resource& upstream);
   ~tracking_adaptor() override;
 
-  [[nodiscard]] memory_resource& upstream() const noexcept { return *upstream_; }
-  [[nodiscard]] std::string name() const override;
 
   /// @brief The live allocations, oldest first.
   [[nodiscard]] std::vector<tracked_allocation> live_allocations() const;
@@ -57,7 +57,6 @@ class tracking_adaptor final : public memory_resource {
   void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept override;
   [[nodiscard]] bool do_is_equal(const memory_resource& other) const noexcept override;
 
-  memory_resource* upstream_;
   mutable std::mutex mutex_;
   std::unordered_map<const void*, tracked_allocation> live_;
   std::size_t live_bytes_ = 0;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "../backend.hpp"
+#include "device_oom.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -64,15 +65,8 @@ void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, st
   device_guard guard{d};
   auto& backend = syncmem::detail::backend_for(d);
   if (void* p = backend.pool_allocate(d.index(), pool_, bytes, stream.native_handle())) return p;
-  oom_info info;
-  info.requested = bytes;
-  info.device = d;
-  info.label = std::string{current_allocation_label()};
-  info.resource = name();
+  oom_info info = detail::device_oom_info(d, bytes, name());
   try {
-    const auto memory = backend.memory(d.index());
-    info.device_free = memory.free;
-    info.device_total = memory.total;
     const auto usage = backend.pool_usage(d.index(), pool_);
     info.reserved = usage.reserved;
     info.in_use = usage.used;

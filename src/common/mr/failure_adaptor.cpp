@@ -28,11 +28,9 @@ failure_adaptor::predicate failure_adaptor::always() {
 }
 
 failure_adaptor::failure_adaptor(memory_resource& upstream, predicate should_fail)
-    : memory_resource{upstream.kind(), upstream.device(), upstream.max_alignment()}, upstream_{&upstream} {
+    : adaptor_base{upstream} {
   set_predicate(std::move(should_fail));
 }
-
-std::string failure_adaptor::name() const { return fmt::format("failure_adaptor({})", upstream_->name()); }
 
 void failure_adaptor::set_predicate(predicate should_fail) {
   auto next = should_fail ? std::make_shared<const predicate>(std::move(should_fail)) : nullptr;
@@ -57,16 +55,11 @@ void* failure_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::s
     info.hint = fmt::format("failure injected by failure_adaptor (allocate call {})", call);
     throw out_of_memory{std::move(info)};
   }
-  return upstream_->allocate(bytes, stream, alignment);
+  return upstream().allocate(bytes, stream, alignment);
 }
 
 void failure_adaptor::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept {
-  upstream_->deallocate(p, bytes, stream, alignment);
-}
-
-bool failure_adaptor::do_is_equal(const memory_resource& other) const noexcept {
-  const auto* o = dynamic_cast<const failure_adaptor*>(&other);
-  return o != nullptr && o->upstream_->is_equal(*upstream_);
+  upstream().deallocate(p, bytes, stream, alignment);
 }
 
 }  // namespace syncmem::mr

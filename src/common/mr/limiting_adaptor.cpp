@@ -10,11 +10,8 @@
 namespace syncmem::mr {
 
 limiting_adaptor::limiting_adaptor(memory_resource& upstream, std::size_t limit_bytes)
-    : memory_resource{upstream.kind(), upstream.device(), upstream.max_alignment()},
-      upstream_{&upstream},
+    : adaptor_base{upstream},
       limit_{limit_bytes} {}
-
-std::string limiting_adaptor::name() const { return fmt::format("limiting_adaptor({})", upstream_->name()); }
 
 void* limiting_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
   std::size_t before = allocated_.load(std::memory_order_relaxed);
@@ -33,7 +30,7 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::
     }
   } while (!allocated_.compare_exchange_weak(before, before + bytes, std::memory_order_relaxed));
   try {
-    return upstream_->allocate(bytes, stream, alignment);
+    return upstream().allocate(bytes, stream, alignment);
   } catch (...) {
     allocated_.fetch_sub(bytes, std::memory_order_relaxed);
     throw;
@@ -41,13 +38,8 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::
 }
 
 void limiting_adaptor::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept {
-  upstream_->deallocate(p, bytes, stream, alignment);
+  upstream().deallocate(p, bytes, stream, alignment);
   allocated_.fetch_sub(bytes, std::memory_order_relaxed);
-}
-
-bool limiting_adaptor::do_is_equal(const memory_resource& other) const noexcept {
-  const auto* o = dynamic_cast<const limiting_adaptor*>(&other);
-  return o != nullptr && o->upstream_->is_equal(*upstream_);
 }
 
 }  // namespace syncmem::mr

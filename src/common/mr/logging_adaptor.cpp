@@ -96,16 +96,14 @@ bool parse_number(std::string_view text, T& value, int base) {
 }  // namespace
 
 logging_adaptor::logging_adaptor(memory_resource& upstream, std::ostream& out)
-    : memory_resource{upstream.kind(), upstream.device(), upstream.max_alignment()},
-      upstream_{&upstream},
+    : adaptor_base{upstream},
       out_{&out},
       start_{std::chrono::steady_clock::now()} {
   *out_ << format_line << '\n' << header_line << '\n';
 }
 
 logging_adaptor::logging_adaptor(memory_resource& upstream, const std::string& path)
-    : memory_resource{upstream.kind(), upstream.device(), upstream.max_alignment()},
-      upstream_{&upstream},
+    : adaptor_base{upstream},
       file_{std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc)},
       out_{file_.get()},
       start_{std::chrono::steady_clock::now()} {
@@ -119,8 +117,6 @@ logging_adaptor::~logging_adaptor() {
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor does not throw
   }
 }
-
-std::string logging_adaptor::name() const { return fmt::format("logging_adaptor({})", upstream_->name()); }
 
 void logging_adaptor::flush() {
   std::lock_guard lock{mutex_};
@@ -152,7 +148,7 @@ void logging_adaptor::write(trace_action action, const void* p, std::size_t byte
 void* logging_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
   void* p = nullptr;
   try {
-    p = upstream_->allocate(bytes, stream, alignment);
+    p = upstream().allocate(bytes, stream, alignment);
   } catch (...) {
     write(trace_action::allocate_failure, nullptr, bytes, stream);
     throw;
@@ -165,12 +161,7 @@ void logging_adaptor::do_deallocate(void* p, std::size_t bytes, stream_view stre
   // Written before the memory goes back, so that a reader never sees a
   // pointer allocated again before it was freed.
   write(trace_action::free, p, bytes, stream);
-  upstream_->deallocate(p, bytes, stream, alignment);
-}
-
-bool logging_adaptor::do_is_equal(const memory_resource& other) const noexcept {
-  const auto* o = dynamic_cast<const logging_adaptor*>(&other);
-  return o != nullptr && o->upstream_->is_equal(*upstream_);
+  upstream().deallocate(p, bytes, stream, alignment);
 }
 
 std::vector<trace_event> logging_adaptor::read_trace(std::istream& in) {

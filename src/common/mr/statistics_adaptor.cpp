@@ -15,9 +15,7 @@ void add(usage_counter& c, std::int64_t n) {
 }  // namespace
 
 statistics_adaptor::statistics_adaptor(memory_resource& upstream)
-    : memory_resource{upstream.kind(), upstream.device(), upstream.max_alignment()}, upstream_{&upstream} {}
-
-std::string statistics_adaptor::name() const { return fmt::format("statistics_adaptor({})", upstream_->name()); }
+    : adaptor_base{upstream} {}
 
 resource_statistics statistics_adaptor::statistics() const {
   std::lock_guard lock{mutex_};
@@ -33,7 +31,7 @@ void statistics_adaptor::reset_peaks() {
 void* statistics_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
   void* p = nullptr;
   try {
-    p = upstream_->allocate(bytes, stream, alignment);
+    p = upstream().allocate(bytes, stream, alignment);
   } catch (...) {
     std::lock_guard lock{mutex_};
     ++statistics_.failed_allocations;
@@ -47,16 +45,11 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_view stream, std
 
 void statistics_adaptor::do_deallocate(void* p, std::size_t bytes, stream_view stream,
                                        std::size_t alignment) noexcept {
-  upstream_->deallocate(p, bytes, stream, alignment);
+  upstream().deallocate(p, bytes, stream, alignment);
   std::lock_guard lock{mutex_};
   statistics_.bytes.current -= static_cast<std::int64_t>(bytes);
   statistics_.allocations.current -= 1;
   ++statistics_.deallocations;
-}
-
-bool statistics_adaptor::do_is_equal(const memory_resource& other) const noexcept {
-  const auto* o = dynamic_cast<const statistics_adaptor*>(&other);
-  return o != nullptr && o->upstream_->is_equal(*upstream_);
 }
 
 }  // namespace syncmem::mr

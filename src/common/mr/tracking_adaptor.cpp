@@ -17,7 +17,7 @@ constexpr std::size_t oldest_listed = 10;
 }
 
 tracking_adaptor::tracking_adaptor(memory_resource& upstream)
-    : memory_resource{upstream.kind(), upstream.device(), upstream.max_alignment()}, upstream_{&upstream} {}
+    : adaptor_base{upstream} {}
 
 tracking_adaptor::~tracking_adaptor() {
   try {
@@ -25,8 +25,6 @@ tracking_adaptor::~tracking_adaptor() {
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor does not throw
   }
 }
-
-std::string tracking_adaptor::name() const { return fmt::format("tracking_adaptor({})", upstream_->name()); }
 
 std::vector<tracked_allocation> tracking_adaptor::live_allocations() const {
   std::vector<tracked_allocation> out;
@@ -89,7 +87,7 @@ void* tracking_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::
   a.alignment = alignment;
   a.label = std::string{current_allocation_label()};
   a.stream = reinterpret_cast<std::uintptr_t>(stream.native_handle());
-  void* p = upstream_->allocate(bytes, stream, alignment);
+  void* p = upstream().allocate(bytes, stream, alignment);
   a.pointer = p;
   try {
     std::lock_guard lock{mutex_};
@@ -97,7 +95,7 @@ void* tracking_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::
     live_bytes_ += bytes;
     live_.insert_or_assign(p, std::move(a));
   } catch (...) {
-    upstream_->deallocate(p, bytes, stream, alignment);
+    upstream().deallocate(p, bytes, stream, alignment);
     throw;
   }
   return p;
@@ -127,7 +125,7 @@ void tracking_adaptor::do_deallocate(void* p, std::size_t bytes, stream_view str
     live_bytes_ -= bytes;
     live_.erase(it);
   }
-  upstream_->deallocate(p, bytes, stream, alignment);
+  upstream().deallocate(p, bytes, stream, alignment);
 }
 
 bool tracking_adaptor::do_is_equal(const memory_resource& other) const noexcept {
