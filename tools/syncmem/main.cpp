@@ -56,9 +56,11 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("bench")) return syncmem::tool::run_bench(bench);
     if (app.got_subcommand("view")) return syncmem::tool::run_view(view);
   } catch (const syncmem::tool::input_error& e) {
+    std::fflush(stdout);  // what was printed comes first: stderr is unbuffered
     fmt::print(stderr, "syncmem: {}\n", e.what());
     return 2;
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     fmt::print(stderr, "syncmem: {}\n", e.what());
     return 1;
   }
