@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -298,18 +299,19 @@ class backend_impl final : public backend {
     auto& pool = *static_cast<pool_holder*>(handle)->pool;
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), device_alignment);
     std::unique_lock lock{pool.mutex};
-    void* p = take_pool_block(pool, stream, size);
+    std::size_t block = 0;
+    void* p = take_pool_block(pool, stream, size, block);
     if (p == nullptr && !pool.pending.empty()) {
       // Frees still queued on other streams hold memory that CUDA would hand
       // over behind an event; waiting for them is the emulated equivalent.
       lock.unlock();
       wait_device_idle(index);
       lock.lock();
-      p = take_pool_block(pool, stream, size);
+      p = take_pool_block(pool, stream, size, block);
     }
     if (p == nullptr) return nullptr;
-    pool.live.emplace(p, size);
-    pool.usage.used += size;
+    pool.live.emplace(p, block);
+    pool.usage.used += block;
     pool.usage.used_high = std::max(pool.usage.used_high, pool.usage.used);
     return p;
   }
@@ -739,21 +741,29 @@ class backend_impl final : public backend {
     ::operator delete(p, std::align_val_t{device_alignment});
   }
 
-  // A block of `size` bytes for `stream` from the pool: one freed earlier on
-  // that stream, a cached one, or a new one (after releasing the cache if the
-  // device is full). Null when the device has no room. Under the pool's mutex.
-  void* take_pool_block(memory_pool& pool, const void* stream, std::size_t size) {
-    if (auto it = pool.pending_by_stream.find({stream, size}); it != pool.pending_by_stream.end()) {
+  // A block of at least `size` bytes for `stream` from the pool: one freed
+  // earlier on that stream, a cached one, or a new one (after releasing the
+  // cache if the device is full); its size goes to `block`. Null when the device
+  // has no room. Under the pool's mutex.
+  void* take_pool_block(memory_pool& pool, const void* stream, std::size_t size, std::size_t& block) {
+    // Best fit up to twice the size: CUDA's pools split blocks, and without
+    // this a workload of many sizes caches blocks that never fit again.
+    const std::size_t largest = size > std::numeric_limits<std::size_t>::max() / 2 ? size : size * 2;
+    if (auto it = pool.pending_by_stream.lower_bound({stream, size});
+        it != pool.pending_by_stream.end() && it->first.first == stream && it->first.second <= largest) {
       void* p = it->second;
+      block = it->first.second;
       pool.drop_pending(p);
       return p;
     }
-    if (auto it = pool.cached.find(size); it != pool.cached.end()) {
+    if (auto it = pool.cached.lower_bound(size); it != pool.cached.end() && it->first <= largest) {
       void* p = it->second;
+      block = it->first;
+      pool.cached_bytes -= block;
       pool.cached.erase(it);
-      pool.cached_bytes -= size;
       return p;
     }
+    block = size;
     void* p = allocate(pool.device, size);
     if (p == nullptr && pool.cached_bytes > 0) {  // give the cache back and try again, as CUDA's pools do
       release_cached(pool, 0);
