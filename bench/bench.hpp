@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "syncmem/device_id.hpp"
+#include "syncmem/error.hpp"
 
 namespace syncmem::bench {
 
@@ -59,6 +60,23 @@ void skip(State& state, const std::string& why) {
   } else {
     state.SkipWithError((std::string{skipped_prefix} + why).c_str());
   }
+}
+
+// Registers a benchmark that calls body(state, args...), so that an exception
+// ends that benchmark only: skipped when the device cannot do what it measures
+// (syncmem::unsupported_error), failed with the message otherwise; the
+// other benchmarks still run.
+template <class F, class... Args>
+benchmark::internal::Benchmark* register_benchmark(const std::string& name, F body, Args... args) {
+  return benchmark::RegisterBenchmark(name.c_str(), [body, args...](benchmark::State& state) {
+    try {
+      body(state, args...);
+    } catch (const unsupported_error& e) {
+      skip(state, e.what());
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+    }
+  });
 }
 
 // "512B", "64KiB", "16MiB", "1GiB".
