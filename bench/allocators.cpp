@@ -190,11 +190,14 @@ std::vector<method> methods_for(device_id device) {
   return methods;
 }
 
-// Runs `body` and turns an exception into a skipped benchmark with its message.
+// Runs `body` and turns an exception into a failed benchmark with its
+// message, or a skipped one when the device cannot do what it measures.
 template <class F>
 void guarded(benchmark::State& state, F&& body) {
   try {
     body();
+  } catch (const unsupported_error& e) {
+    skip(state, e.what());
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -319,10 +322,12 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
   benchmark::RegisterBenchmark(name.c_str(), [m, device, trace](benchmark::State& state) {
     guarded(state, [&] {
       peaks p;
+      std::chrono::steady_clock::duration replaying{};
       for (auto _ : state) {
         auto a = m.make(device, true);
         stream s{device};
         set_current_device(device);
+        const auto start = std::chrono::steady_clock::now();
         std::vector<void*> slots(trace->slots, nullptr);
         for (const auto& op : trace->ops) {
           if (op.allocate) {
@@ -332,15 +337,18 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
           }
         }
         s.synchronize();
+        replaying += std::chrono::steady_clock::now() - start;
         p = a->peak();
       }
       state.counters["peak_reserved"] = static_cast<double>(p.reserved);
       state.counters["peak_allocated"] = static_cast<double>(p.allocated);
       state.counters["peak_requested"] = static_cast<double>(trace->peak_requested());
       state.counters["peak_ratio"] = p.allocated > 0 ? static_cast<double>(p.reserved) / static_cast<double>(p.allocated) : 0.0;
-      state.counters["ns_per_op"] = benchmark::Counter(
-          static_cast<double>(trace->ops.size()) * static_cast<double>(state.iterations()),
-          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+      // Timed here, in nanoseconds: a rate counter would give seconds, and of CPU time.
+      const double ops = static_cast<double>(trace->ops.size()) * static_cast<double>(state.iterations());
+      state.counters["ns_per_op"] =
+          ops > 0 ? static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(replaying).count()) / ops
+                  : 0.0;
     });
   })->Iterations(1)->Unit(benchmark::kMillisecond);
 }

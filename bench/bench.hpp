@@ -22,11 +22,15 @@
 // time with device events where the work is asynchronous); bandwidth is
 // SetBytesProcessed; anything else is a user counter (e.g. "peak_ratio").
 
+#include <benchmark/benchmark.h>
+
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "syncmem/device_id.hpp"
+#include "syncmem/error.hpp"
 
 namespace syncmem::bench {
 
@@ -41,6 +45,39 @@ struct options {
 // The devices to benchmark on this machine (enables one emulated device when
 // there is no GPU) and the options for them.
 [[nodiscard]] options default_options(bool quick);
+
+// What a skipped (not failed) run's message starts with under Google
+// Benchmark 1.7, which has only SkipWithError; `syncmem bench` lists such runs
+// as skipped, with the reason, and does not count them as failures.
+inline constexpr std::string_view skipped_prefix = "skipped: ";
+
+// Ends a benchmark that cannot run here (not on this device, not with this
+// build), saying why; a skip, not a failure.
+template <class State = benchmark::State>
+void skip(State& state, const std::string& why) {
+  if constexpr (requires { state.SkipWithMessage(why); }) {
+    state.SkipWithMessage(why);
+  } else {
+    state.SkipWithError((std::string{skipped_prefix} + why).c_str());
+  }
+}
+
+// Registers a benchmark that calls body(state, args...), so that an exception
+// ends that benchmark only: skipped when the device cannot do what it measures
+// (syncmem::unsupported_error), failed with the message otherwise; the
+// other benchmarks still run.
+template <class F, class... Args>
+benchmark::internal::Benchmark* register_benchmark(const std::string& name, F body, Args... args) {
+  return benchmark::RegisterBenchmark(name.c_str(), [body, args...](benchmark::State& state) {
+    try {
+      body(state, args...);
+    } catch (const unsupported_error& e) {
+      skip(state, e.what());
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+    }
+  });
+}
 
 // "512B", "64KiB", "16MiB", "1GiB".
 [[nodiscard]] std::string size_name(std::size_t bytes);

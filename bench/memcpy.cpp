@@ -71,11 +71,11 @@ void register_memcpy_suite(const options& o) {
   const device_id device = o.first();
   for (const std::size_t bytes : sizes) {
     const auto size = size_name(bytes);
-    benchmark::RegisterBenchmark(fmt::format("memcpy/h2h/syncmem-stream/{}", size).c_str(),
+    register_benchmark(fmt::format("memcpy/h2h/syncmem-stream/{}", size).c_str(),
                                  [bytes, device](benchmark::State& s) { stream_copy(s, bytes, device); })
         ->UseRealTime()
         ->MinTime(o.min_time());
-    benchmark::RegisterBenchmark(fmt::format("memcpy/h2h/std::memcpy/{}", size).c_str(),
+    register_benchmark(fmt::format("memcpy/h2h/std::memcpy/{}", size).c_str(),
                                  [bytes](benchmark::State& s) { std_memcpy(s, bytes); })
         ->UseRealTime()
         ->MinTime(o.min_time());

@@ -134,22 +134,22 @@ void roundtrip(benchmark::State& state, device_id device, std::size_t bytes, boo
 void register_synced_memory_suite(const options& o) {
   const device_id d = o.first();
   const double min_time = o.min_time();
-  benchmark::RegisterBenchmark("synced/accessor/syncmem-host_data/synced", host_data_synced, d)->MinTime(min_time);
-  benchmark::RegisterBenchmark("synced/accessor/syncmem-device_data/same-stream", device_data_same_stream, d)
+  register_benchmark("synced/accessor/syncmem-host_data/synced", host_data_synced, d)->MinTime(min_time);
+  register_benchmark("synced/accessor/syncmem-device_data/same-stream", device_data_same_stream, d)
       ->MinTime(min_time);
-  benchmark::RegisterBenchmark("synced/accessor/syncmem-mutable_host_data/at-host", mutable_host_data_at_host, d)
+  register_benchmark("synced/accessor/syncmem-mutable_host_data/at-host", mutable_host_data_at_host, d)
       ->MinTime(min_time);
-  benchmark::RegisterBenchmark("synced/accessor/raw-pointer/any", raw_pointer)->MinTime(min_time);
+  register_benchmark("synced/accessor/raw-pointer/any", raw_pointer)->MinTime(min_time);
 
   const std::string raw = d.kind() == device_kind::cuda ? "cudaMemcpyAsync" : "backend-memcpy";
   std::vector<std::size_t> sizes{4, 64, 1024, 16384, 65536};
   if (o.quick) sizes = {4, 65536};
   for (auto bytes : sizes) {
-    benchmark::RegisterBenchmark(fmt::format("synced/roundtrip/syncmem/{}", size_name(bytes)).c_str(), roundtrip, d,
+    register_benchmark(fmt::format("synced/roundtrip/syncmem/{}", size_name(bytes)).c_str(), roundtrip, d,
                                  bytes, true)
         ->MinTime(min_time)
         ->UseManualTime();
-    benchmark::RegisterBenchmark(fmt::format("synced/roundtrip/{}/{}", raw, size_name(bytes)).c_str(), roundtrip, d,
+    register_benchmark(fmt::format("synced/roundtrip/{}/{}", raw, size_name(bytes)).c_str(), roundtrip, d,
                                  bytes, false)
         ->MinTime(min_time)
         ->UseManualTime();

@@ -396,7 +396,7 @@ void register_transfer_suite(const options& o) {
       }
       for (const auto& method : these) {
         const auto name = fmt::format("transfer/{}/{}/{}", dir == direction::h2d ? "h2d" : "d2h", method, size_name(n));
-        benchmark::RegisterBenchmark(name.c_str(), [d, n, dir, method](benchmark::State& s) {
+        register_benchmark(name.c_str(), [d, n, dir, method](benchmark::State& s) {
           run_bandwidth(s, d, n, dir, method);
         })->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMicrosecond);
       }
@@ -405,13 +405,13 @@ void register_transfer_suite(const options& o) {
       for (const auto dir : {direction::h2d, direction::d2h}) {
         const auto name = fmt::format("transfer/{}-interleaved/engine/{}", dir == direction::h2d ? "h2d" : "d2h",
                                       size_name(n));
-        benchmark::RegisterBenchmark(name.c_str(), [d, n, dir](benchmark::State& s) { run_interleaved(s, d, n, dir); })
+        register_benchmark(name.c_str(), [d, n, dir](benchmark::State& s) { run_interleaved(s, d, n, dir); })
             ->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMicrosecond);
       }
     }
     if (!o.quick || n == 64 * MiB) {
       for (const auto& method : d2d_methods) {
-        benchmark::RegisterBenchmark(fmt::format("transfer/d2d/{}/{}", method, size_name(n)).c_str(),
+        register_benchmark(fmt::format("transfer/d2d/{}/{}", method, size_name(n)).c_str(),
                                      [d, n, method](benchmark::State& s) { run_d2d(s, d, n, method); })
             ->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMicrosecond);
       }
@@ -422,7 +422,7 @@ void register_transfer_suite(const options& o) {
     const device_id to = o.devices[1];
     for (const std::size_t n : o.quick ? std::vector<std::size_t>{64 * MiB} : sizes) {
       for (const std::string method : {gpu ? "cudaMemcpyPeerAsync" : "backend", "engine"}) {
-        benchmark::RegisterBenchmark(fmt::format("transfer/peer/{}/{}", method, size_name(n)).c_str(),
+        register_benchmark(fmt::format("transfer/peer/{}/{}", method, size_name(n)).c_str(),
                                      [d, to, n, method](benchmark::State& s) { run_peer(s, d, to, n, method); })
             ->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMicrosecond);
       }
@@ -432,7 +432,7 @@ void register_transfer_suite(const options& o) {
   const std::size_t touch = o.quick ? 64 * MiB : 256 * MiB;
   for (const auto dir : {direction::h2d, direction::d2h}) {
     for (const std::string method : {gpu ? "cudaMemcpy" : "backend", "engine"}) {
-      benchmark::RegisterBenchmark(fmt::format("transfer/{}/{}/{}", dir == direction::h2d ? "first-touch" : "first-touch-d2h",
+      register_benchmark(fmt::format("transfer/{}/{}/{}", dir == direction::h2d ? "first-touch" : "first-touch-d2h",
                                                method, size_name(touch)).c_str(),
                                    [d, touch, dir, method](benchmark::State& s) {
                                      run_first_touch(s, d, touch, dir, method);
@@ -445,7 +445,7 @@ void register_transfer_suite(const options& o) {
       o.quick ? std::vector<std::size_t>{4 * KiB} : std::vector<std::size_t>{512, 4 * KiB, 64 * KiB, 1 * MiB, 64 * MiB};
   for (const std::size_t n : pair_sizes) {
     for (const std::string method : {"caching", "caching-host", gpu ? "cudaMallocHost" : "pinned_resource"}) {
-      benchmark::RegisterBenchmark(fmt::format("pinned/pair/{}/{}", method, size_name(n)).c_str(),
+      register_benchmark(fmt::format("pinned/pair/{}/{}", method, size_name(n)).c_str(),
                                    [d, n, method](benchmark::State& s) { run_pinned_pair(s, d, n, method); })
           ->MinTime(o.min_time())->Unit(benchmark::kNanosecond);
     }

@@ -625,10 +625,38 @@ TYPED_TEST(caching_test, MaxSplitKeepsOversizeBlocksWhole) {
 
 TEST(CachingResource, IsTheDefaultOfEveryDevice) {
   for (int i = 0; i < device_count(device_kind::emulated); ++i) {
-    auto* r = dynamic_cast<mr::caching_resource*>(&mr::get_per_device_resource(device_id::emulated(i)));
-    ASSERT_NE(r, nullptr);
-    EXPECT_EQ(r->device(), device_id::emulated(i));
+    mr::caching_resource& r = mr::default_resource(device_id::emulated(i));
+    EXPECT_EQ(&r, &mr::get_per_device_resource(device_id::emulated(i)));
+    EXPECT_EQ(r.device(), device_id::emulated(i));
   }
+  EXPECT_THROW((void)mr::default_resource(device_id::emulated(9)), logic_error);
+}
+
+// Its statistics count what the defaults hand out, with no cast; a replaced
+// default leaves it reachable and unchanged.
+TEST(CachingResource, TheDefaultPoolIsReachableTyped) {
+  const auto device = device_id::emulated(1);
+  mr::caching_resource& pool = mr::default_resource(device);
+  const auto before = pool.statistics();
+  const std::size_t bytes = 4096 + test::rng()() % 4096;
+  auto s = default_stream(device);
+  void* p = mr::get_per_device_resource(device).allocate(bytes, s);
+  EXPECT_EQ(pool.statistics().requested_bytes, before.requested_bytes + bytes);
+  EXPECT_EQ(pool.statistics().live_allocations, before.live_allocations + 1);
+  mr::caching_resource second{device};  // a pool of its own, on purpose
+  EXPECT_NE(&second, &pool);
+  mr::memory_resource* previous = mr::set_per_device_resource(device, &second);
+  EXPECT_EQ(previous, &pool);
+  EXPECT_EQ(&mr::get_per_device_resource(device), &second);
+  EXPECT_EQ(&mr::default_resource(device), &pool);
+  void* q = mr::get_per_device_resource(device).allocate(bytes, s);
+  EXPECT_EQ(second.statistics().live_allocations, 1U);
+  EXPECT_EQ(pool.statistics().live_allocations, before.live_allocations + 1);
+  second.deallocate(q, bytes, s);
+  mr::set_per_device_resource(device, nullptr);
+  EXPECT_EQ(&mr::get_per_device_resource(device), &pool);
+  pool.deallocate(p, bytes, s);
+  EXPECT_EQ(pool.statistics().live_allocations, before.live_allocations);
 }
 
 TEST(CachingResource, RefusesAnUpstreamOfAnotherDevice) {

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <future>
+#include <vector>
+
 #include "resource_conformance.hpp"
 #include "syncmem/mr/allocation_label.hpp"
 
@@ -70,6 +73,55 @@ TYPED_TEST(cuda_async_test, FreedMemoryIsReusedOnItsStream) {
   void* q = r.allocate(100000, s);
   EXPECT_EQ(r.statistics().reserved_bytes, reserved);
   r.deallocate(q, 100000, s);
+}
+
+// The issue-27 defect: with the stream held back, every free stayed queued and
+// each allocation reserved a new block, until the device ran out.
+TYPED_TEST(cuda_async_test, AFreeNotYetReachedIsReusedByItsOwnStream) {
+  mr::cuda_async_resource r{this->dev()};
+  stream s{this->dev()};
+  constexpr std::size_t bytes = std::size_t{64} << 20;
+  r.deallocate(r.allocate(bytes, s), bytes, s);
+  s.synchronize();
+  const auto reserved = r.statistics().reserved_bytes;
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  s.launch_host_func([opened] { opened.wait(); });  // the stream reaches no free until the gate opens
+  const auto device_memory = get_memory_info(this->dev()).total;
+  const std::size_t pairs = device_memory / bytes + 4;  // more than the device could hold at once
+  for (std::size_t i = 0; i < pairs; ++i) r.deallocate(r.allocate(bytes, s), bytes, s);
+  EXPECT_EQ(r.statistics().reserved_bytes, reserved);
+  gate.set_value();
+  void* p = r.allocate(bytes, s);
+  const auto seed = fresh_seed();
+  device_fill_pattern(s, p, bytes, seed);
+  EXPECT_TRUE(holds_pattern(memory_kind::device, s, p, bytes, seed));
+  r.deallocate(p, bytes, s);
+  s.synchronize();
+  EXPECT_EQ(r.statistics().used_bytes, 0U);
+}
+
+// Memory freed on another stream is handed over once that stream reaches the
+// free, instead of failing for want of room. Emulated only: on CUDA this is the
+// driver's business (cudaMemPoolReuseAllowInternalDependencies).
+TYPED_TEST(cuda_async_test, MemoryFreedOnAnotherStreamServesAnAllocationThatNeedsIt) {
+  if (this->is_cuda()) GTEST_SKIP() << "the CUDA driver's reuse policy, not ours";
+  mr::cuda_async_resource r{this->dev()};
+  stream first{this->dev()};
+  stream second{this->dev()};
+  r.trim(0);
+  const std::size_t bytes = get_memory_info(this->dev()).free / 5 * 3;  // two of them do not fit
+  constexpr std::size_t checked = std::size_t{1} << 20;
+  void* p = r.allocate(bytes, first);
+  device_fill_pattern(first, p, checked, fresh_seed());
+  r.deallocate(p, bytes, first);
+  void* q = r.allocate(bytes, second);
+  const auto seed = fresh_seed();
+  device_fill_pattern(second, q, checked, seed);
+  EXPECT_TRUE(holds_pattern(memory_kind::device, second, q, checked, seed));
+  r.deallocate(q, bytes, second);
+  second.synchronize();
+  first.synchronize();
 }
 
 TYPED_TEST(cuda_async_test, OutOfMemorySaysWhatThePoolHolds) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <future>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -722,6 +723,54 @@ TEST(SyncedMemoryOptions, ResourcesMustFitTheBuffer) {
   EXPECT_EQ(get_pointer_attributes(pageable.host_data()).kind, memory_kind::pageable_host);
   synced_memory pinned{16, device_id::emulated(0)};
   EXPECT_EQ(get_pointer_attributes(pinned.host_data()).kind, memory_kind::pinned_host);
+}
+
+// ---- typed access (spans) ------------------------------------------------------------
+
+TYPED_TEST(SyncedMemory, SpansCountElementsAndSyncLikeTheAccessors) {
+  const std::size_t n = 1000 + test::rng()() % 1000;
+  synced_memory m{n * sizeof(std::uint32_t), this->dev(), {.label = "spans"}};
+  std::vector<std::uint32_t> values(n);
+  for (auto& v : values) v = static_cast<std::uint32_t>(test::rng()());
+  std::span<std::uint32_t> h = m.mutable_host_span<std::uint32_t>();
+  ASSERT_EQ(h.size(), n);
+  std::copy(values.begin(), values.end(), h.begin());
+  EXPECT_EQ(m.state(), sync_state::at_host);
+  stream s{this->dev()};
+  std::span<const std::uint32_t> d = m.device_span<std::uint32_t>(s);
+  ASSERT_EQ(d.size(), n);
+  const auto on_device = read_device(s, d.data(), d.size_bytes());
+  EXPECT_EQ(std::memcmp(on_device.data(), values.data(), d.size_bytes()), 0);
+  EXPECT_EQ(m.state(), sync_state::synced);
+  // The device rewrites every byte; the host span sees them all.
+  std::span<std::uint8_t> w = m.mutable_device_span<std::uint8_t>(s);
+  ASSERT_EQ(w.size(), n * sizeof(std::uint32_t));
+  const auto seed = test::fresh_seed();
+  test::device_fill_pattern(s, w.data(), w.size(), seed);
+  EXPECT_EQ(m.state(), sync_state::at_device);
+  std::span<const std::uint8_t> back = m.host_span<std::uint8_t>();
+  ASSERT_EQ(back.size(), w.size());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < back.size(); ++i) wrong += back[i] == test::pattern_byte(seed, i) ? 0 : 1;
+  EXPECT_EQ(wrong, 0U);
+}
+
+TYPED_TEST(SyncedMemory, SpansRefuseASizeThatIsNotAWholeNumberOfElements) {
+  synced_memory m{10, this->dev(), {.label = "odd"}};
+  try {
+    (void)m.host_span<std::uint64_t>();
+    FAIL() << "a span of 10 bytes as 8-byte elements";
+  } catch (const logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("synced_memory 'odd'"));
+    EXPECT_THAT(e.what(), HasSubstr("host_span<T>: its size of 10 bytes is not a multiple of sizeof(T) = 8"));
+  }
+  stream s{this->dev()};
+  EXPECT_THROW((void)m.mutable_device_span<std::uint32_t>(s), logic_error);
+  EXPECT_EQ(m.state(), sync_state::uninitialized);  // refused before any access
+  EXPECT_FALSE(m.has_device_memory());
+  EXPECT_EQ(m.host_span<std::uint16_t>().size(), 5U);
+  synced_memory empty{0, this->dev()};
+  EXPECT_TRUE(empty.host_span<double>().empty());
 }
 
 }  // namespace

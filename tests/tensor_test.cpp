@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "common/backend.hpp"
@@ -175,7 +177,7 @@ TYPED_TEST(Tensor, TypedAccessChecksTheDtypeAndNamesBothTypes) {
   stream s{this->dev()};
   EXPECT_THAT(error_of([&] { (void)t.mutable_device_data<bfloat16>(s); }),
               HasSubstr("mutable_device_data<bfloat16>()"));
-  EXPECT_THAT(error_of([&] { t.fill(std::int8_t{1}); }), HasSubstr("fill<int8>()"));
+  EXPECT_THAT(error_of([&] { t.fill(1e39); }), HasSubstr("fill(1e+39) cannot be represented in float32"));
   EXPECT_EQ(t.state(), sync_state::uninitialized);  // nothing was touched
   EXPECT_FALSE(t.storage()->has_host_memory());
   EXPECT_NE(t.host_data<float>(), nullptr);
@@ -538,6 +540,120 @@ TYPED_TEST(Tensor, FillSetsEveryElementOnTheHostOrTheDevice) {
     EXPECT_EQ(on_device.state(), sync_state::at_device);
     EXPECT_EQ(host_bytes(on_device), std::vector<std::uint8_t>(on_device.nbytes(), 0));
   });
+}
+
+// PyTorch's fill_: the value is converted to the dtype; only a value the dtype
+// cannot hold is refused, and then nothing is written.
+TYPED_TEST(Tensor, FillConvertsTheValueToTheDtype) {
+  const std::int64_t n = 100 + static_cast<std::int64_t>(test::rng()() % 100);
+  stream s{this->dev()};
+  auto expect_all = [&]<class T>(const tensor& t, T expected) {
+    std::int64_t wrong = 0;
+    for (const T& v : t.host_span<T>()) wrong += same_bits(v, expected) ? 0 : 1;
+    EXPECT_EQ(wrong, 0) << t.to_string();
+  };
+  tensor f{dtype::float32, {n}, this->dev(), {.label = "f"}};
+  f.fill(1);
+  expect_all(f, 1.0F);
+  f.fill(3, s);
+  expect_all(f, 3.0F);
+  f.fill(0.1);  // rounds to the nearest float
+  expect_all(f, 0.1F);
+  f.fill(std::numeric_limits<double>::infinity());
+  expect_all(f, std::numeric_limits<float>::infinity());
+  tensor i{dtype::int32, {n}, this->dev(), {.label = "i"}};
+  i.fill(7.0);
+  expect_all(i, std::int32_t{7});
+  i.fill(std::uint64_t{2147483647}, s);
+  expect_all(i, std::int32_t{2147483647});
+  tensor h{dtype::float16, {n}, this->dev()};
+  h.fill(2);
+  expect_all(h, float16{2.0F});
+  tensor b{dtype::bool_, {n}, this->dev()};
+  b.fill(1);
+  expect_all(b, true);
+  tensor l{dtype::int64, {n}, this->dev()};
+  l.fill(std::numeric_limits<std::int64_t>::min());
+  expect_all(l, std::numeric_limits<std::int64_t>::min());
+  tensor d{dtype::float64, {n}, this->dev()};
+  d.fill(std::numeric_limits<std::uint64_t>::max());
+  expect_all(d, 18446744073709551615.0);
+
+  tensor u{dtype::uint8, {n}, this->dev(), {.label = "bytes"}};
+  EXPECT_THAT(error_of([&] { u.fill(-1); }),
+              HasSubstr("tensor 'bytes' uint8 (" + std::to_string(n) + ")"));
+  EXPECT_THAT(error_of([&] { u.fill(-1); }),
+              HasSubstr("fill(-1) cannot be represented in uint8: it lies outside [0, 255]"));
+  EXPECT_THAT(error_of([&] { u.fill(256, s); }), HasSubstr("fill(256) cannot be represented in uint8"));
+  EXPECT_EQ(u.state(), sync_state::uninitialized);  // nothing was written
+  EXPECT_THAT(error_of([&] { i.fill(1.5); }),
+              HasSubstr("fill(1.5) cannot be represented in int32: it is not a whole number"));
+  EXPECT_THAT(error_of([&] { i.fill(std::nan("")); }), HasSubstr("NaN has no integer value"));
+  EXPECT_THAT(error_of([&] { i.fill(std::int64_t{1} << 40); }), HasSubstr("cannot be represented in int32"));
+  EXPECT_THAT(error_of([&] { l.fill(9.3e18); }), HasSubstr("cannot be represented in int64"));
+  EXPECT_THAT(error_of([&] { b.fill(2); }), HasSubstr("fill(2) cannot be represented in bool"));
+  EXPECT_THAT(error_of([&] { h.fill(70000); }), HasSubstr("fill(70000) cannot be represented in float16"));
+  EXPECT_THAT(error_of([&] { f.fill(1e300); }), HasSubstr("cannot be represented in float32"));
+  expect_all(i, std::int32_t{2147483647});  // the refused fills left the contents
+  expect_all(f, std::numeric_limits<float>::infinity());
+}
+
+TYPED_TEST(Tensor, SpansAndElementsOnTheHostAndTheDevice) {
+  const std::int64_t rows = 3 + static_cast<std::int64_t>(test::rng()() % 20);
+  const std::int64_t cols = 3 + static_cast<std::int64_t>(test::rng()() % 20);
+  tensor t{dtype::int32, {rows, cols}, this->dev(), {.label = "grid"}};
+  EXPECT_EQ(t.numel(), static_cast<std::size_t>(rows * cols));
+  std::span<std::int32_t> h = t.mutable_host_span<std::int32_t>();
+  ASSERT_EQ(h.size(), t.numel());
+  std::vector<std::int32_t> values(t.numel());
+  for (auto& v : values) v = static_cast<std::int32_t>(test::rng()());
+  std::copy(values.begin(), values.end(), h.begin());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(t.at<std::int32_t>({r, c}), values[static_cast<std::size_t>(r * cols + c)]);
+    }
+  }
+  t.mutable_at<std::int32_t>({rows - 1, 1}) = 42;
+  values[static_cast<std::size_t>((rows - 1) * cols + 1)] = 42;
+  stream s{this->dev()};
+  std::span<const std::int32_t> d = t.device_span<std::int32_t>(s);
+  ASSERT_EQ(d.size(), t.numel());
+  const auto on_device = read_device(s, d.data(), d.size_bytes());
+  EXPECT_EQ(std::memcmp(on_device.data(), values.data(), d.size_bytes()), 0);
+  // A view's span covers its elements only.
+  tensor row = t.slice(1, 2);
+  std::span<std::int32_t> w = row.mutable_device_span<std::int32_t>(s);
+  ASSERT_EQ(w.size(), static_cast<std::size_t>(cols));
+  const auto seed = test::fresh_seed();
+  test::device_fill_pattern(s, w.data(), w.size_bytes(), seed);
+  std::memcpy(values.data() + cols, pattern(seed, w.size_bytes()).data(), w.size_bytes());
+  std::span<const std::int32_t> back = t.host_span<std::int32_t>();
+  EXPECT_EQ(std::memcmp(back.data(), values.data(), back.size_bytes()), 0);
+
+  EXPECT_THAT(error_of([&] { (void)t.at<std::int32_t>({0}); }),
+              HasSubstr("tensor 'grid' int32 (" + std::to_string(rows) + ", " + std::to_string(cols) + ")"));
+  EXPECT_THAT(error_of([&] { (void)t.at<std::int32_t>({0}); }),
+              HasSubstr("at() was given 1 indices; the tensor has 2 axes"));
+  const std::string c = std::to_string(cols);
+  EXPECT_THAT(error_of([&] { (void)t.at<std::int32_t>({0, cols}); }),
+              HasSubstr("at(): index " + c + " of axis 1 is out of range [0, " + c + ")"));
+  EXPECT_THAT(error_of([&] { (void)t.mutable_at<std::int32_t>({-1, 0}); }), HasSubstr("index -1 of axis 0"));
+  EXPECT_THAT(error_of([&] { (void)t.host_span<float>(); }), HasSubstr("host_data<float32>()"));
+  EXPECT_TRUE(tensor{}.host_span<float>().empty());
+}
+
+TYPED_TEST(Tensor, AStreamOfAnotherDeviceIsRefusedNamingTheTensor) {
+  SYNCMEM_REQUIRE_COUNT(2);
+  tensor t{dtype::float32, {16}, this->dev(0), {.label = "activations"}};
+  stream other{this->dev(1)};
+  for (const std::string& message : {error_of([&] { (void)t.device_data(other); }),
+                                     error_of([&] { (void)t.mutable_device_span<float>(other); }),
+                                     error_of([&] { t.fill(1.0F, other); }), error_of([&] { t.zero(other); }),
+                                     error_of([&] { t.prefetch_to_device(other); })}) {
+    EXPECT_THAT(message, HasSubstr("tensor 'activations' float32 (16) on " + to_string(this->dev(0))));
+    EXPECT_THAT(message, HasSubstr("was given a stream of " + to_string(this->dev(1))));
+  }
+  EXPECT_EQ(t.state(), sync_state::uninitialized);
 }
 
 TYPED_TEST(Tensor, FillOfAViewTouchesOnlyItsElements) {

@@ -8,11 +8,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "syncmem/copy.hpp"
 #include "syncmem/device_id.hpp"
+#include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
 #include "syncmem/memory_kind.hpp"
 #include "syncmem/stream.hpp"
@@ -165,6 +168,64 @@ class synced_memory {
   /// @brief As device_data(s), and the device side becomes the newest.
   [[nodiscard]] void* mutable_device_data(stream_view s);
 
+  // ---- typed access ------------------------------------------------------------
+  // Spans over the accessors above: the same syncing, state changes and
+  // stream ordering, with the element count in the span. A span of a
+  // mutable accessor may be written until the next call on the buffer.
+
+  /// @brief The host side as `size() / sizeof(T)` elements, up to date.
+  /// @tparam T a trivially copyable element type
+  /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T)
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  [[nodiscard]] std::span<const T> host_span() {
+    const std::size_t n = element_count<T>("host_span");
+    return {static_cast<const T*>(host_data()), n};
+  }
+  /// @brief The host side as elements, up to date; the host side becomes the newest.
+  /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T)
+  template <class T>
+    requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
+  [[nodiscard]] std::span<T> mutable_host_span() {
+    const std::size_t n = element_count<T>("mutable_host_span");
+    return {static_cast<T*>(mutable_host_data()), n};
+  }
+  /// @brief The device side as elements, up to date in order on `s`: for
+  /// kernels and device copies, not to be read on the host.
+  /// @param s a stream of device()
+  /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T), or
+  /// for a stream of another device
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  [[nodiscard]] std::span<const T> device_span(stream_view s) {
+    const std::size_t n = element_count<T>("device_span");
+    return {static_cast<const T*>(device_data(s)), n};
+  }
+  /// @brief device_span<T>(s) on the device's default stream.
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  [[nodiscard]] std::span<const T> device_span() {
+    const std::size_t n = element_count<T>("device_span");
+    return {static_cast<const T*>(device_data()), n};
+  }
+  /// @brief As device_span<T>(s), and the device side becomes the newest.
+  /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T), or
+  /// for a stream of another device
+  template <class T>
+    requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
+  [[nodiscard]] std::span<T> mutable_device_span(stream_view s) {
+    const std::size_t n = element_count<T>("mutable_device_span");
+    return {static_cast<T*>(mutable_device_data(s)), n};
+  }
+  /// @brief mutable_device_span<T>(s) on the device's default stream.
+  template <class T>
+    requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
+  [[nodiscard]] std::span<T> mutable_device_span() {
+    const std::size_t n = element_count<T>("mutable_device_span");
+    return {static_cast<T*>(mutable_device_data()), n};
+  }
+  // ---- end of typed access ------------------------------------------------------
+
   /// @brief Starts bringing the device side up to date on `s`, without blocking.
   void prefetch_to_device(stream_view s);
   void prefetch_to_device();
@@ -219,6 +280,17 @@ class synced_memory {
   [[nodiscard]] bool has_device_memory() const noexcept { return device_side_.ptr != nullptr; }
 
  private:
+  // size() / sizeof(T), checked before any access so that a refused call changes nothing.
+  template <class T>
+  [[nodiscard]] std::size_t element_count(const char* accessor) const {
+    if (size_ % sizeof(T) != 0) [[unlikely]] {
+      throw logic_error{"synced_memory '" + (label_.empty() ? std::string{"unlabelled"} : label_) + "' (" +
+                        to_string(device_) + "): " + accessor + "<T>: its size of " + std::to_string(size_) +
+                        " bytes is not a multiple of sizeof(T) = " + std::to_string(sizeof(T))};
+    }
+    return size_ / sizeof(T);
+  }
+
   struct side {
     void* ptr = nullptr;
     std::size_t bytes = 0;  // allocated (or borrowed) bytes

@@ -9,8 +9,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <concepts>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
+#include <type_traits>
 
 #include "syncmem/device_id.hpp"
 #include "syncmem/dtype.hpp"
@@ -98,6 +102,8 @@ class tensor {
   [[nodiscard]] int num_axes() const noexcept { return shape_.num_axes(); }
   /// @brief The number of elements (0 without storage).
   [[nodiscard]] std::int64_t count() const noexcept { return count_; }
+  /// @brief The number of elements as a std::size_t, for loops and spans (PyTorch's numel()).
+  [[nodiscard]] std::size_t numel() const noexcept { return static_cast<std::size_t>(count_); }
   [[nodiscard]] std::size_t itemsize() const noexcept { return size_of(dtype_); }
   [[nodiscard]] std::size_t nbytes() const noexcept { return static_cast<std::size_t>(count_) * itemsize(); }
   /// @brief Elements reshape() can reach without reallocating (see the class comment).
@@ -168,6 +174,67 @@ class tensor {
     return static_cast<T*>(mutable_device_data());
   }
 
+  // ---- typed spans and elements ---------------------------------------------------
+  // std::span views over the typed accessors, numel() elements long (empty
+  // for a tensor of count 0 or without storage); the same checks and syncing.
+  // A mutable span may be written until the next call on the tensor or a view.
+
+  /// @brief The elements on the host, up to date.
+  /// @throws syncmem::logic_error unless T is the C++ type of dtype()
+  template <element_type T>
+  [[nodiscard]] std::span<const T> host_span() const {
+    return {host_data<T>(), numel()};
+  }
+  /// @brief The elements on the host, up to date; the host side becomes the newest.
+  /// @throws syncmem::logic_error unless T is the C++ type of dtype()
+  template <element_type T>
+  [[nodiscard]] std::span<T> mutable_host_span() {
+    return {mutable_host_data<T>(), numel()};
+  }
+  /// @brief The elements on the device, up to date in order on `s`: for
+  /// kernels and device copies, not to be read on the host.
+  /// @throws syncmem::logic_error unless T is the C++ type of dtype(), or for a stream of another device
+  template <element_type T>
+  [[nodiscard]] std::span<const T> device_span(stream_view s) const {
+    return {device_data<T>(s), numel()};
+  }
+  /// @brief device_span<T>(s) on the device's default stream.
+  template <element_type T>
+  [[nodiscard]] std::span<const T> device_span() const {
+    return {device_data<T>(), numel()};
+  }
+  /// @brief As device_span<T>(s), and the device side becomes the newest.
+  /// @throws syncmem::logic_error unless T is the C++ type of dtype(), or for a stream of another device
+  template <element_type T>
+  [[nodiscard]] std::span<T> mutable_device_span(stream_view s) {
+    return {mutable_device_data<T>(s), numel()};
+  }
+  /// @brief mutable_device_span<T>(s) on the device's default stream.
+  template <element_type T>
+  [[nodiscard]] std::span<T> mutable_device_span() {
+    return {mutable_device_data<T>(), numel()};
+  }
+
+  /// @brief The element at `index` (one index per axis, row-major), read on the
+  /// host, e.g. `t.at<float>({i, j})` (Kokkos' `h_view(i, j)`).
+  /// @throws syncmem::logic_error unless T is the C++ type of dtype(), for
+  /// another number of indices than num_axes(), or an index out of its extent
+  template <element_type T>
+  [[nodiscard]] T at(std::initializer_list<std::int64_t> index) const {
+    check_type(dtype_of<T>(), "at");
+    const std::size_t i = element_index(index, "at");
+    return host_data<T>()[i];
+  }
+  /// @brief The element at `index` on the host, to write: the host side becomes
+  /// the newest; the reference may be written until the next call on the tensor.
+  /// @throws syncmem::logic_error as at()
+  template <element_type T>
+  [[nodiscard]] T& mutable_at(std::initializer_list<std::int64_t> index) {
+    check_type(dtype_of<T>(), "mutable_at");
+    const std::size_t i = element_index(index, "mutable_at");
+    return mutable_host_data<T>()[i];
+  }
+
   /// @brief Starts bringing the storage's device side up to date on `s` (synced_memory::prefetch_to_device).
   void prefetch_to_device(stream_view s) const;
   /// @brief Starts bringing the storage's host side up to date (synced_memory::prefetch_to_host).
@@ -210,20 +277,26 @@ class tensor {
   /// @brief As copy_from(source), with device-side work ordered on `s` (a stream of device()).
   void copy_from(const tensor& source, stream_view s);
 
-  /// @brief Sets every element to `value`: on the host when the host side is
-  /// newest (or nothing was written yet), else on the device in order on its
-  /// default stream.
-  /// @throws syncmem::logic_error unless T is the C++ type of dtype()
-  template <element_type T>
-  void fill(T value) {
-    check_type(dtype_of<T>(), "fill");
-    fill_bits(to_bits(value), nullptr);
+  /// @brief Sets every element to `value` converted to dtype(), as PyTorch's
+  /// `fill_` does (`t.fill(1)` on a float32 tensor fills 1.0f): on the host
+  /// when the host side is newest (or nothing was written yet), else on the
+  /// device in order on its default stream. Floating-point dtypes round to the
+  /// nearest value and take infinities and NaN; integer dtypes take whole
+  /// numbers in their range; bool takes 0 and 1 (and true and false).
+  /// @throws syncmem::logic_error when `value` cannot be represented in
+  /// dtype() (out of range, a fraction or NaN for an integer dtype), naming the
+  /// tensor, the value and the dtype; nothing is written then
+  template <class V>
+    requires element_type<V> || std::is_arithmetic_v<V>
+  void fill(V value) {
+    fill_bits(bits_for(value), nullptr);
   }
-  /// @brief Sets every element to `value` on the device, in order on `s`.
-  template <element_type T>
-  void fill(T value, stream_view s) {
-    check_type(dtype_of<T>(), "fill");
-    fill_bits(to_bits(value), &s);
+  /// @brief As fill(value), on the device, in order on `s` (a stream of device()).
+  /// @throws syncmem::logic_error as fill(value), or for a stream of another device
+  template <class V>
+    requires element_type<V> || std::is_arithmetic_v<V>
+  void fill(V value, stream_view s) {
+    fill_bits(bits_for(value), &s);
   }
   /// @brief Sets every byte to zero (on the side fill() would use).
   void zero();
@@ -235,6 +308,35 @@ class tensor {
   [[nodiscard]] std::string to_string() const;
 
  private:
+  // A fill value before conversion to dtype(): exactly one member is meaningful.
+  struct fill_value {
+    enum class kind : std::uint8_t { signed_integer, unsigned_integer, floating } what;
+    std::int64_t i = 0;
+    std::uint64_t u = 0;
+    double f = 0;
+  };
+  template <class V>
+  [[nodiscard]] std::uint64_t bits_for(V value) const {
+    using U = std::remove_cv_t<V>;
+    if constexpr (element_type<U>) {
+      if (dtype_of<U>() == dtype_) return to_bits(value);  // exactly the element type: no conversion
+    }
+    if constexpr (std::is_same_v<U, float16> || std::is_same_v<U, bfloat16>) {
+      return converted_bits({fill_value::kind::floating, 0, 0, static_cast<double>(static_cast<float>(value))});
+    } else if constexpr (std::is_floating_point_v<U>) {
+      return converted_bits({fill_value::kind::floating, 0, 0, static_cast<double>(value)});
+    } else if constexpr (std::is_signed_v<U>) {
+      return converted_bits({fill_value::kind::signed_integer, static_cast<std::int64_t>(value), 0, 0});
+    } else {
+      return converted_bits({fill_value::kind::unsigned_integer, 0, static_cast<std::uint64_t>(value), 0});
+    }
+  }
+  // The bits of `v` in dtype(); throws when it cannot be represented.
+  [[nodiscard]] std::uint64_t converted_bits(fill_value v) const;
+  // The row-major position of `index`, checked against the shape.
+  [[nodiscard]] std::size_t element_index(std::initializer_list<std::int64_t> index, const char* accessor) const;
+  // Refuses a stream of another device, naming the tensor.
+  void check_stream(stream_view s, const char* accessor) const;
   template <class T>
   static std::uint64_t to_bits(T value) noexcept {
     if constexpr (sizeof(T) == 1) return std::bit_cast<std::uint8_t>(value);

@@ -77,4 +77,33 @@ double reduce(dtype type, reduction r, const void* x, std::size_t n) noexcept {
   return reduce_as(static_cast<const double*>(x), n, r);
 }
 
+void iota(dtype type, void* x, std::size_t n, std::int64_t start) noexcept {
+  const auto run = [&]<class T>(T* out) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(start + static_cast<std::int64_t>(i));
+  };
+  switch (type) {
+    case dtype::int32: run(static_cast<std::int32_t*>(x)); break;
+    case dtype::int64: run(static_cast<std::int64_t*>(x)); break;
+    case dtype::float32: run(static_cast<float*>(x)); break;
+    default: run(static_cast<double*>(x)); break;
+  }
+}
+
+std::uint64_t checksum(const void* p, std::size_t bytes) noexcept {
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint64_t sum = 0;
+  const std::size_t words = bytes / 8;
+  for (std::size_t k = 0; k < words; ++k) {
+    std::uint64_t w = 0;
+    for (int j = 7; j >= 0; --j) w = (w << 8) | b[k * 8 + static_cast<std::size_t>(j)];
+    sum += checksum_term(w, k);
+  }
+  if (const std::size_t rest = bytes % 8; rest != 0) {
+    std::uint64_t w = 0;
+    for (std::size_t j = rest; j-- > 0;) w = (w << 8) | b[words * 8 + j];
+    sum += checksum_term(w, words);
+  }
+  return sum;
+}
+
 }  // namespace syncmem::detail::host_math

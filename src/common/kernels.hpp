@@ -39,6 +39,11 @@ class device_kernels {
   virtual void scale(stream_view s, dtype type, void* x, std::size_t n, double alpha) = 0;
   // y[i] += alpha * x[i], for float32 and float64.
   virtual void axpy(stream_view s, dtype type, std::size_t n, double alpha, const void* x, void* y) = 0;
+  // x[i] = start + i, for int32, int64, float32 and float64.
+  virtual void iota(stream_view s, dtype type, void* x, std::size_t n, std::int64_t start) = 0;
+  // Once `s` reaches this point, the first 8 bytes of `scratch` (device
+  // memory) hold host_math::checksum(p, bytes).
+  virtual void checksum(stream_view s, const void* p, std::size_t bytes, void* scratch) = 0;
   // Bytes of device memory reduce() needs for n elements.
   [[nodiscard]] virtual std::size_t reduce_scratch_bytes(std::size_t n) = 0;
   // Reduces x[0, n) (n > 0; float32 or float64) in double precision: once `s`

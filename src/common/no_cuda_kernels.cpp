@@ -16,6 +16,8 @@ class no_cuda_kernels final : public device_kernels {
   void fill(stream_view, void*, std::size_t, std::size_t, std::uint64_t) override { refuse(); }
   void scale(stream_view, dtype, void*, std::size_t, double) override { refuse(); }
   void axpy(stream_view, dtype, std::size_t, double, const void*, void*) override { refuse(); }
+  void iota(stream_view, dtype, void*, std::size_t, std::int64_t) override { refuse(); }
+  void checksum(stream_view, const void*, std::size_t, void*) override { refuse(); }
   std::size_t reduce_scratch_bytes(std::size_t) override { refuse(); }
   void reduce(stream_view, dtype, reduction, const void*, std::size_t, void*) override { refuse(); }
 };

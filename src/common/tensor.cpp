@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <utility>
 
@@ -39,8 +40,8 @@ synced_memory_options options_like(const synced_memory& like, device_id device) 
   return options;
 }
 
-const char* at(const void* p, std::size_t offset) { return static_cast<const char*>(p) + offset; }
-char* at(void* p, std::size_t offset) { return static_cast<char*>(p) + offset; }
+const char* byte_at(const void* p, std::size_t offset) { return static_cast<const char*>(p) + offset; }
+char* byte_at(void* p, std::size_t offset) { return static_cast<char*>(p) + offset; }
 
 // Copies bytes [src_offset, +bytes) of `src` to [dst_offset, +bytes) of `dst`,
 // from the source's newest side to the destination's (see tensor::copy_from).
@@ -58,7 +59,7 @@ void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, 
   if (!src_on_device && !dst_on_device) {
     const void* sp = src.host_data();
     void* dp = dst.mutable_host_data();
-    std::memcpy(at(dp, dst_offset), at(sp, src_offset), bytes);
+    std::memcpy(byte_at(dp, dst_offset), byte_at(sp, src_offset), bytes);
     return;
   }
   const stream_view ds = given != nullptr ? *given : default_stream(dst.device());
@@ -66,19 +67,19 @@ void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, 
     // The source's host memory is read asynchronously: wait before a later host write can race.
     const void* sp = src.host_data();
     void* dp = dst.mutable_device_data(ds);
-    copy(at(dp, dst_offset), at(sp, src_offset), bytes, ds);
+    copy(byte_at(dp, dst_offset), byte_at(sp, src_offset), bytes, ds);
     return;
   }
   if (src.device() == dst.device()) {
     const void* sp = src.device_data(ds);
     if (!dst_on_device) {
       void* dp = dst.mutable_host_data();
-      copy(at(dp, dst_offset), at(sp, src_offset), bytes, ds);  // the host side is complete on return
+      copy(byte_at(dp, dst_offset), byte_at(sp, src_offset), bytes, ds);  // the host side is complete on return
       return;
     }
     void* dp = dst.mutable_device_data(ds);
     // Ordered on ds for both buffers (ds is now the last stream of each).
-    transfer pending = copy_async(at(dp, dst_offset), at(sp, src_offset), bytes, ds);
+    transfer pending = copy_async(byte_at(dp, dst_offset), byte_at(sp, src_offset), bytes, ds);
     return;
   }
   // Two devices. Streams cannot wait on another device's events, so the host
@@ -88,7 +89,7 @@ void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, 
   ss.synchronize();
   if (!dst_on_device) {
     void* dp = dst.mutable_host_data();
-    copy(at(dp, dst_offset), at(sp, src_offset), bytes, ss);
+    copy(byte_at(dp, dst_offset), byte_at(sp, src_offset), bytes, ss);
     return;
   }
   void* dp = dst.mutable_device_data(ds);
@@ -97,7 +98,7 @@ void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, 
   // destination's zero fill, a kernel writing it): wait for that first.
   const bool use_source_stream = dst.device().kind() != device_kind::cuda && src.device().kind() == device_kind::cuda;
   if (use_source_stream) ds.synchronize();
-  copy(at(dp, dst_offset), at(sp, src_offset), bytes, use_source_stream ? ss : ds);
+  copy(byte_at(dp, dst_offset), byte_at(sp, src_offset), bytes, use_source_stream ? ss : ds);
 }
 
 double element_as_double(dtype type, const void* p, std::size_t i) {
@@ -192,6 +193,114 @@ void tensor::throw_type_mismatch(syncmem::dtype asked, const char* accessor) con
                            syncmem::to_string(asked), syncmem::to_string(asked), syncmem::to_string(dtype_)));
 }
 
+void tensor::check_stream(stream_view s, const char* accessor) const {
+  SYNCMEM_EXPECTS(s.device() == storage_->device(),
+                  fmt::format("{}: {} was given a stream of {}; streams must belong to {}", describe(), accessor,
+                              syncmem::to_string(s.device()), syncmem::to_string(storage_->device())));
+}
+
+std::size_t tensor::element_index(std::initializer_list<std::int64_t> index, const char* accessor) const {
+  SYNCMEM_EXPECTS(index.size() == static_cast<std::size_t>(num_axes()),
+                  fmt::format("{}: {}() was given {} indices; the tensor has {} axes", describe(), accessor,
+                              index.size(), num_axes()));
+  std::size_t position = 0;
+  int axis = 0;
+  for (const std::int64_t i : index) {
+    const std::int64_t extent = shape_[axis];
+    SYNCMEM_EXPECTS(i >= 0 && i < extent, fmt::format("{}: {}(): index {} of axis {} is out of range [0, {})",
+                                                      describe(), accessor, i, axis, extent));
+    position = position * static_cast<std::size_t>(extent) + static_cast<std::size_t>(i);  // < count: no overflow
+    ++axis;
+  }
+  return position;
+}
+
+namespace {
+
+std::string fill_value_text(std::int64_t i, std::uint64_t u, double f, int what) {
+  if (what == 0) return fmt::format("{}", i);
+  if (what == 1) return fmt::format("{}", u);
+  return fmt::format("{}", f);
+}
+
+}  // namespace
+
+std::uint64_t tensor::converted_bits(fill_value v) const {
+  using kind = fill_value::kind;
+  const auto refuse = [&](std::string_view why) {
+    SYNCMEM_FAIL(fmt::format("{}: fill({}) cannot be represented in {}: {}", describe(),
+                             fill_value_text(v.i, v.u, v.f, static_cast<int>(v.what)), syncmem::to_string(dtype_),
+                             why));
+  };
+  if (is_floating_point(dtype_)) {
+    double d = 0;
+    switch (v.what) {
+      case kind::signed_integer: d = static_cast<double>(v.i); break;
+      case kind::unsigned_integer: d = static_cast<double>(v.u); break;
+      case kind::floating: d = v.f; break;
+    }
+    if (dtype_ == dtype::float64) return std::bit_cast<std::uint64_t>(d);
+    // Past the largest finite value the conversion would overflow (PyTorch refuses it too).
+    if (std::isfinite(d) && std::fabs(d) > static_cast<double>(std::numeric_limits<float>::max())) {
+      refuse("it overflows the dtype's range");
+    }
+    const auto f = static_cast<float>(d);
+    if (dtype_ == dtype::float32) return std::bit_cast<std::uint32_t>(f);
+    if (dtype_ == dtype::float16) {
+      const float16 h{f};
+      if (std::isfinite(d) && std::isinf(static_cast<float>(h))) refuse("it overflows the dtype's range (65504)");
+      return to_bits(h);
+    }
+    const bfloat16 b{f};
+    if (std::isfinite(d) && std::isinf(static_cast<float>(b))) refuse("it overflows the dtype's range");
+    return to_bits(b);
+  }
+  // Integers and bool: whole numbers in range only.
+  std::int64_t low = 0;
+  std::uint64_t high = 1;
+  const auto limits = [&]<class T>() {
+    low = std::numeric_limits<T>::min();
+    high = static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+  };
+  switch (dtype_) {
+    case dtype::bool_: break;
+    case dtype::int8: limits.operator()<std::int8_t>(); break;
+    case dtype::uint8: limits.operator()<std::uint8_t>(); break;
+    case dtype::int16: limits.operator()<std::int16_t>(); break;
+    case dtype::int32: limits.operator()<std::int32_t>(); break;
+    default: limits.operator()<std::int64_t>(); break;
+  }
+  const auto range = [&] { return fmt::format("it lies outside [{}, {}]", low, high); };
+  std::int64_t value = 0;
+  switch (v.what) {
+    case kind::signed_integer:
+      if (v.i < low || (v.i >= 0 && static_cast<std::uint64_t>(v.i) > high)) refuse(range());
+      value = v.i;
+      break;
+    case kind::unsigned_integer:
+      if (v.u > high) refuse(range());
+      value = static_cast<std::int64_t>(v.u);
+      break;
+    case kind::floating:
+      if (std::isnan(v.f)) refuse("NaN has no integer value");
+      if (v.f != std::trunc(v.f)) refuse("it is not a whole number");
+      // 2^63 is exact as a double; every double below it and at or above -2^63 converts.
+      if (!(v.f >= -9223372036854775808.0 && v.f < 9223372036854775808.0) || v.f < static_cast<double>(low) ||
+          v.f > static_cast<double>(high)) {
+        refuse(range());
+      }
+      value = static_cast<std::int64_t>(v.f);
+      if (value < low || (value >= 0 && static_cast<std::uint64_t>(value) > high)) refuse(range());
+      break;
+  }
+  switch (size_of(dtype_)) {
+    case 1: return static_cast<std::uint8_t>(value);
+    case 2: return static_cast<std::uint16_t>(value);
+    case 4: return static_cast<std::uint32_t>(value);
+    default: return static_cast<std::uint64_t>(value);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // access
 // ---------------------------------------------------------------------------
@@ -199,41 +308,47 @@ void tensor::throw_type_mismatch(syncmem::dtype asked, const char* accessor) con
 const void* tensor::host_data() const {
   if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   const void* p = storage_->host_data();
-  return p == nullptr ? nullptr : at(p, offset_);
+  return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 
 void* tensor::mutable_host_data() {
   if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   void* p = storage_->mutable_host_data();
-  return p == nullptr ? nullptr : at(p, offset_);
+  return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 
 const void* tensor::device_data(stream_view s) const {
-  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
+  if (!storage_) return nullptr;
+  check_stream(s, "device_data");
+  if (count_ == 0) return nullptr;  // a count-0 view touches no storage
   const void* p = storage_->device_data(s);
-  return p == nullptr ? nullptr : at(p, offset_);
+  return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 
 const void* tensor::device_data() const {
   if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   const void* p = storage_->device_data();
-  return p == nullptr ? nullptr : at(p, offset_);
+  return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 
 void* tensor::mutable_device_data(stream_view s) {
-  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
+  if (!storage_) return nullptr;
+  check_stream(s, "mutable_device_data");
+  if (count_ == 0) return nullptr;  // a count-0 view touches no storage
   void* p = storage_->mutable_device_data(s);
-  return p == nullptr ? nullptr : at(p, offset_);
+  return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 
 void* tensor::mutable_device_data() {
   if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
   void* p = storage_->mutable_device_data();
-  return p == nullptr ? nullptr : at(p, offset_);
+  return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 
 void tensor::prefetch_to_device(stream_view s) const {
-  if (storage_) storage_->prefetch_to_device(s);
+  if (!storage_) return;
+  check_stream(s, "prefetch_to_device");
+  storage_->prefetch_to_device(s);
 }
 
 void tensor::prefetch_to_host() const {
@@ -348,6 +463,7 @@ void tensor::copy_impl(const tensor& source, const stream_view* s) {
 }
 
 void tensor::fill_bits(std::uint64_t bits, const stream_view* s) {
+  if (s != nullptr && storage_) check_stream(*s, "fill");
   if (count_ == 0) return;
   const sync_state state = storage_->state();
   const auto n = static_cast<std::size_t>(count_);
@@ -365,6 +481,7 @@ void tensor::zero() { zero_bytes(nullptr); }
 void tensor::zero(stream_view s) { zero_bytes(&s); }
 
 void tensor::zero_bytes(const stream_view* s) {
+  if (s != nullptr && storage_) check_stream(*s, "zero");
   if (count_ == 0) return;
   const sync_state state = storage_->state();
   if (s == nullptr && (state == sync_state::at_host || state == sync_state::uninitialized)) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "../common/host_math.hpp"
 #include "../common/kernels.hpp"
 #include "syncmem/error.hpp"
 
@@ -44,6 +45,27 @@ __global__ void scale_kernel(T* x, std::size_t n, T alpha) {
 template <class T>
 __global__ void axpy_kernel(std::size_t n, T alpha, const T* x, T* y) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] += alpha * x[i];
+}
+
+template <class T>
+__global__ void iota_kernel(T* x, std::size_t n, std::int64_t start) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    x[i] = static_cast<T>(start + static_cast<std::int64_t>(i));
+  }
+}
+
+// Each thread adds its words' terms; the blocks' sums meet in *result with
+// atomicAdd, exact in any order because the sum is modulo 2^64.
+__global__ void checksum_kernel(const unsigned char* p, std::size_t bytes, unsigned long long* result) {
+  const std::size_t words = (bytes + 7) / 8;
+  std::uint64_t sum = 0;
+  for (std::size_t k = first_index(); k < words; k += grid_stride()) {
+    std::uint64_t w = 0;
+    const std::size_t end = (k + 1) * 8 < bytes ? (k + 1) * 8 : bytes;
+    for (std::size_t j = end; j-- > k * 8;) w = (w << 8) | p[j];
+    sum += host_math::checksum_term(w, k);
+  }
+  atomicAdd(result, static_cast<unsigned long long>(sum));
 }
 
 // Adds sums[0, block_threads) into sums[0]; every thread of the block calls it.
@@ -129,6 +151,27 @@ class cuda_kernels_impl final : public device_kernels {
       axpy_kernel<double><<<blocks_for(n), block_threads, 0, native(s)>>>(n, alpha, static_cast<const double*>(x),
                                                                            static_cast<double*>(y));
     }
+    SYNCMEM_CUDA_TRY(cudaGetLastError());
+  }
+
+  void iota(stream_view s, dtype type, void* x, std::size_t n, std::int64_t start) override {
+    if (n == 0) return;
+    const unsigned blocks = blocks_for(n);
+    const auto launch = [&]<class T>(T* out) { iota_kernel<T><<<blocks, block_threads, 0, native(s)>>>(out, n, start); };
+    switch (type) {
+      case dtype::int32: launch(static_cast<std::int32_t*>(x)); break;
+      case dtype::int64: launch(static_cast<std::int64_t*>(x)); break;
+      case dtype::float32: launch(static_cast<float*>(x)); break;
+      default: launch(static_cast<double*>(x)); break;
+    }
+    SYNCMEM_CUDA_TRY(cudaGetLastError());
+  }
+
+  void checksum(stream_view s, const void* p, std::size_t bytes, void* scratch) override {
+    SYNCMEM_CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(std::uint64_t), native(s)));
+    if (bytes == 0) return;
+    checksum_kernel<<<blocks_for((bytes + 7) / 8), block_threads, 0, native(s)>>>(
+        static_cast<const unsigned char*>(p), bytes, static_cast<unsigned long long*>(scratch));
     SYNCMEM_CUDA_TRY(cudaGetLastError());
   }
 

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <charconv>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -54,18 +57,40 @@ struct device_state {
   std::once_flag peers_once;
 };
 
-// A stream-ordered pool (the emulated cudaMemPoolCreate): frees run in stream
-// order on the stream's worker, so a block back in `cached` has no work left
-// that uses it and may go to any stream at once.
+// A stream-ordered pool (the emulated cudaMemPoolCreate). A freed block is
+// `pending` until its stream's worker reaches the free; meanwhile only that
+// stream may reuse it (its later work runs after the free, as with CUDA's
+// same-stream reuse). Once reached it moves to `cached`, free for any stream.
 struct memory_pool {
+  struct pending_free {
+    std::size_t size;
+    const void* stream;     // the worker_stream the block was freed on
+    std::uint64_t ticket;   // tells a stale give-back from the current one
+  };
   std::mutex mutex;
   int device = 0;
   std::size_t release_threshold = 0;
   std::multimap<std::size_t, void*> cached;  // by size
   std::unordered_map<void*, std::size_t> live;
+  std::unordered_map<void*, pending_free> pending;
+  std::multimap<std::pair<const void*, std::size_t>, void*> pending_by_stream;  // (stream, size)
+  std::uint64_t next_ticket = 0;
   std::size_t cached_bytes = 0;
   memory_pool_usage usage;
   bool destroyed = false;
+
+  // Under mutex: forgets p's pending free, so that its give-back does nothing.
+  void drop_pending(void* p) {
+    auto it = pending.find(p);
+    auto [first, last] = pending_by_stream.equal_range({it->second.stream, it->second.size});
+    for (auto b = first; b != last; ++b) {
+      if (b->second == p) {
+        pending_by_stream.erase(b);
+        break;
+      }
+    }
+    pending.erase(it);
+  }
 };
 
 struct pool_holder {
@@ -270,34 +295,32 @@ class backend_impl final : public backend {
   }
 
   void* pool_allocate(int index, void* handle, std::size_t bytes, CUstream_st* s) override {
-    (void)to_stream(s, index);
+    const void* stream = &to_stream(s, index);
     auto& pool = *static_cast<pool_holder*>(handle)->pool;
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), device_alignment);
     std::unique_lock lock{pool.mutex};
-    void* p = nullptr;
-    if (auto it = pool.cached.find(size); it != pool.cached.end()) {
-      p = it->second;
-      pool.cached.erase(it);
-      pool.cached_bytes -= size;
-    } else {
-      p = allocate(index, size);
-      if (p == nullptr && pool.cached_bytes > 0) {  // give the cache back and try again, as CUDA's pools do
-        release_cached(pool, 0);
-        p = allocate(index, size);
-      }
-      if (p == nullptr) return nullptr;
-      pool.usage.reserved += size;
-      pool.usage.reserved_high = std::max(pool.usage.reserved_high, pool.usage.reserved);
+    std::size_t block = 0;
+    void* p = take_pool_block(pool, stream, size, block);
+    if (p == nullptr && !pool.pending.empty()) {
+      // Frees still queued on other streams hold memory that CUDA would hand
+      // over behind an event; waiting for them is the emulated equivalent.
+      lock.unlock();
+      wait_device_idle(index);
+      lock.lock();
+      p = take_pool_block(pool, stream, size, block);
     }
-    pool.live.emplace(p, size);
-    pool.usage.used += size;
+    if (p == nullptr) return nullptr;
+    pool.live.emplace(p, block);
+    pool.usage.used += block;
     pool.usage.used_high = std::max(pool.usage.used_high, pool.usage.used);
     return p;
   }
 
   void pool_deallocate(int index, void* handle, void* p, CUstream_st* s) noexcept override {
     std::shared_ptr<memory_pool> pool = static_cast<pool_holder*>(handle)->pool;
-    auto give_back = [this, pool, p] {
+    worker_stream* w = nullptr;
+    std::uint64_t ticket = 0;
+    {
       std::lock_guard lock{pool->mutex};
       auto it = pool->live.find(p);
       if (it == pool->live.end()) {
@@ -307,6 +330,20 @@ class backend_impl final : public backend {
       const std::size_t size = it->second;
       pool->live.erase(it);
       pool->usage.used -= size;
+      try {
+        w = &to_stream(s, index);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no usable stream, so the block is free at once
+      }
+      ticket = ++pool->next_ticket;
+      pool->pending.emplace(p, memory_pool::pending_free{size, w, ticket});
+      if (w != nullptr) pool->pending_by_stream.emplace(std::pair<const void*, std::size_t>{w, size}, p);
+    }
+    auto give_back = [this, pool, p, ticket] {
+      std::lock_guard lock{pool->mutex};
+      auto it = pool->pending.find(p);
+      if (it == pool->pending.end() || it->second.ticket != ticket) return;  // reused on its stream since
+      const std::size_t size = it->second.size;
+      pool->drop_pending(p);
       if (pool->destroyed) {
         pool->usage.reserved -= size;
         free_now(pool->device, p);
@@ -316,11 +353,14 @@ class backend_impl final : public backend {
       pool->cached_bytes += size;
       if (pool->cached_bytes > pool->release_threshold) release_cached(*pool, pool->release_threshold);
     };
-    try {
-      to_stream(s, index).enqueue(give_back);
-    } catch (...) {
-      give_back();
+    if (w != nullptr) {
+      try {
+        w->enqueue(give_back);
+        return;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the stream cannot take it, so the block is free at once
+      }
     }
+    give_back();
   }
 
   void pool_trim(int, void* handle, std::size_t keep_bytes) override {
@@ -699,6 +739,55 @@ class backend_impl final : public backend {
     if (!removed) return;
     device(index).used.fetch_sub(removed->size);
     ::operator delete(p, std::align_val_t{device_alignment});
+  }
+
+  // A block of at least `size` bytes for `stream` from the pool: one freed
+  // earlier on that stream, a cached one, or a new one (after releasing the
+  // cache if the device is full); its size goes to `block`. Null when the device
+  // has no room. Under the pool's mutex.
+  void* take_pool_block(memory_pool& pool, const void* stream, std::size_t size, std::size_t& block) {
+    // Best fit up to twice the size: CUDA's pools split blocks, and without
+    // this a workload of many sizes caches blocks that never fit again.
+    const std::size_t largest = size > std::numeric_limits<std::size_t>::max() / 2 ? size : size * 2;
+    if (auto it = pool.pending_by_stream.lower_bound({stream, size});
+        it != pool.pending_by_stream.end() && it->first.first == stream && it->first.second <= largest) {
+      void* p = it->second;
+      block = it->first.second;
+      pool.drop_pending(p);
+      return p;
+    }
+    if (auto it = pool.cached.lower_bound(size); it != pool.cached.end() && it->first <= largest) {
+      void* p = it->second;
+      block = it->first;
+      pool.cached_bytes -= block;
+      pool.cached.erase(it);
+      return p;
+    }
+    block = size;
+    void* p = allocate(pool.device, size);
+    if (p == nullptr && pool.cached_bytes > 0) {  // give the cache back and try again, as CUDA's pools do
+      release_cached(pool, 0);
+      p = allocate(pool.device, size);
+    }
+    if (p == nullptr) return nullptr;
+    pool.usage.reserved += size;
+    pool.usage.reserved_high = std::max(pool.usage.reserved_high, pool.usage.reserved);
+    return p;
+  }
+
+  // Waits for every stream of the device without taking their failures,
+  // which their own synchronize reports.
+  void wait_device_idle(int index) {
+    auto& d = device(index);
+    std::vector<std::shared_ptr<worker_stream>> streams;
+    worker_stream* default_stream = nullptr;
+    {
+      std::lock_guard lock{d.streams_mutex};
+      for (const auto& entry : d.streams) streams.push_back(entry.second);
+      default_stream = d.default_stream;  // never destroyed
+    }
+    for (const auto& s : streams) s->wait_idle();
+    if (default_stream != nullptr) default_stream->wait_idle();
   }
 
   // Frees cached blocks of a pool, largest first, until it caches at most

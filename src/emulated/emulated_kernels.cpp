@@ -24,6 +24,17 @@ class emulated_kernels_impl final : public device_kernels {
     s.launch_host_func([type, n, alpha, x, y] { host_math::axpy(type, n, alpha, x, y); });
   }
 
+  void iota(stream_view s, dtype type, void* x, std::size_t n, std::int64_t start) override {
+    s.launch_host_func([type, x, n, start] { host_math::iota(type, x, n, start); });
+  }
+
+  void checksum(stream_view s, const void* p, std::size_t bytes, void* scratch) override {
+    s.launch_host_func([p, bytes, scratch] {
+      const std::uint64_t result = host_math::checksum(p, bytes);
+      std::memcpy(scratch, &result, sizeof result);
+    });
+  }
+
   std::size_t reduce_scratch_bytes(std::size_t) override { return sizeof(double); }
 
   void reduce(stream_view s, dtype type, reduction r, const void* x, std::size_t n, void* scratch) override {

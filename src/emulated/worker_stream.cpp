@@ -42,6 +42,12 @@ void worker_stream::synchronize() {
   }
 }
 
+void worker_stream::wait_idle() {
+  std::unique_lock lock{mutex_};
+  const auto target = enqueued_;
+  work_done_.wait(lock, [&] { return completed_ >= target; });
+}
+
 bool worker_stream::ready() {
   std::lock_guard lock{mutex_};
   return completed_ == enqueued_;

@@ -30,6 +30,9 @@ class worker_stream {
   // Waits for everything enqueued so far. Throws syncmem::logic_error if an
   // operation threw since the last synchronize().
   void synchronize();
+  // Waits for everything enqueued so far and leaves a failure for the next
+  // synchronize() to report: for waits that are not the user's.
+  void wait_idle();
   [[nodiscard]] bool ready();
   [[nodiscard]] int device() const noexcept { return device_; }
 

@@ -1,6 +1,7 @@
 #include "bench_command.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -71,6 +72,7 @@ int run_bench(const bench_options& options) {
   const auto failed =
       std::count_if(results.runs.begin(), results.runs.end(), [](const bench_run& r) { return !r.error.empty(); });
   if (failed > 0 && options.from_path.empty()) {
+    std::fflush(stdout);  // the table first: stderr is unbuffered and would land inside it
     fmt::print(stderr, "syncmem bench: {} benchmark run{} failed (listed above)\n", failed, failed == 1 ? "" : "s");
     return 1;
   }

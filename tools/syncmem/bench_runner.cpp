@@ -43,6 +43,12 @@ std::string without_settings(const std::string& listed) {
   }
 }
 
+// "40 s", "3 min".
+std::string format_duration(double seconds) {
+  if (seconds < 90) return fmt::format("{:.0f} s", std::max(seconds, 1.0));
+  return fmt::format("{:.0f} min", seconds / 60);
+}
+
 std::size_t terminal_columns() {
   winsize size{};
   if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 20) return size.ws_col;
@@ -91,7 +97,7 @@ std::string run_error(const R& r) {
 template <class R>
 bool skipped_on_purpose(const R& r) {
   if constexpr (requires { r.error_occurred; }) {
-    return false;
+    return r.error_occurred && std::string_view{r.error_message}.starts_with(bench::skipped_prefix);
   } else {
     return static_cast<int>(r.skipped) == 1;  // benchmark::internal::SkippedWithMessage
   }
@@ -164,7 +170,9 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
       if (r.run_type == Run::RT_Aggregate) continue;
       finished.insert(r.benchmark_name());
       if (skipped_on_purpose(r)) {
-        skipped_.push_back(fmt::format("{}: {}", r.benchmark_name(), run_error(r)));
+        std::string why = run_error(r);
+        if (why.starts_with(bench::skipped_prefix)) why.erase(0, bench::skipped_prefix.size());
+        skipped_.push_back(fmt::format("{}: {}", r.benchmark_name(), why));
         continue;
       }
       results_.runs.push_back(convert(r));
@@ -196,8 +204,16 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
       if (r.bytes_per_second) figures += ", " + format_bandwidth(*r.bytes_per_second);
       for (const auto& [k, v] : r.counters) figures += fmt::format(", {} {}", k, three_digits(v));
     }
-    fmt::print("[{}/{}] {}: {}\n", done_ + 1, total_, r.name, figures);
+    fmt::print("[{}/{}] {}: {}{}\n", done_ + 1, total_, r.name, figures, time_left(done_ + 1));
     std::fflush(stdout);
+  }
+
+  // "  (about 40 s left)" from the pace so far, once there is a pace.
+  [[nodiscard]] std::string time_left(std::size_t done) const {
+    if (done == 0 || done >= total_) return {};
+    const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double left = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
+    return fmt::format("  (about {} left)", format_duration(left));
   }
 
   void draw() const {
@@ -208,6 +224,7 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
     const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     std::string line = fmt::format("[{}{}] {}/{} {:.0f} s", std::string(filled, '#'), std::string(bar - filled, '.'),
                                    done_, total_, elapsed);
+    line += time_left(done_);
     if (done_ < total_) line += "  " + running();
     // One line that never wraps, so that \r goes back to its start.
     const std::size_t columns = terminal_columns() - 1;
@@ -280,9 +297,13 @@ bench_results run_benchmarks(const bench_request& request) {
   for (const auto& d : o.devices) results.devices.push_back(to_string(d));
   results.machine = describe_machine();  // after the suites enabled any emulated device they run on
 
-  fmt::print("syncmem bench: {} benchmark{}{} on {}{}\n", names.size(), names.size() == 1 ? "" : "s",
-             request.rounds > 1 ? fmt::format(", {} rounds", request.rounds) : std::string{},
-             fmt::join(results.devices, ", "), results.gpu ? "" : " (no GPU: the figures will not be GPU figures)");
+  // About 0.2 s of setup per benchmark plus 2.5 times its minimum time, as
+  // quick (0.22 s each) and full (0.7 s each) runs took on an emulated device.
+  const double expected_s = static_cast<double>(names.size()) * request.rounds * (0.2 + 2.5 * o.min_time());
+  fmt::print("syncmem bench: {} benchmark{}{} on {}{}; expect about {}{}\n", names.size(),
+             names.size() == 1 ? "" : "s", request.rounds > 1 ? fmt::format(", {} rounds", request.rounds) : std::string{},
+             fmt::join(results.devices, ", "), results.gpu ? "" : " (no GPU: the figures will not be GPU figures)",
+             format_duration(expected_s), request.quick ? "" : " (--quick: a few seconds per suite)");
   std::fflush(stdout);
   set_flags(o, false);
   progress_reporter progress{std::move(names), request.rounds, results};

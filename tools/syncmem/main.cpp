@@ -60,9 +60,11 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("view")) return syncmem::tool::run_view(view);
     if (app.got_subcommand("report")) return syncmem::tool::run_report(report);
   } catch (const syncmem::tool::input_error& e) {
+    std::fflush(stdout);  // what was printed comes first: stderr is unbuffered
     fmt::print(stderr, "syncmem: {}\n", e.what());
     return 2;
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     fmt::print(stderr, "syncmem: {}\n", e.what());
     return 1;
   }

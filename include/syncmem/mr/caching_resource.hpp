@@ -89,6 +89,11 @@ struct caching_statistics {
 ///   destroyed behind syncmem's back (cudaStreamDestroy on a handle wrapped
 ///   with make_stream_view) must be announced first with release_stream().
 ///
+/// Each caching_resource is a pool of its own. The one every device uses by
+/// default is mr::default_resource(device) (per_device_resource.hpp); making
+/// another with this constructor makes a second pool beside it, which is how
+/// several pools are made on purpose.
+///
 /// Alignment up to 256 bytes. Thread safety: every member function may be
 /// called from many threads at once. See docs/allocator.md for the design.
 class caching_resource final : public memory_resource {

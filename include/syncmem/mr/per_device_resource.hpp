@@ -4,6 +4,7 @@
 /// @brief The default device memory resource of each device, replaceable.
 
 #include "syncmem/device_id.hpp"
+#include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 
 namespace syncmem::mr {
@@ -15,6 +16,21 @@ namespace syncmem::mr {
 /// @throws syncmem::logic_error for an invalid device, or when
 ///   SYNCMEM_ALLOC_CONF is malformed (the message names the bad key or value)
 [[nodiscard]] memory_resource& get_per_device_resource(device_id device);
+
+/// @brief The built-in caching_resource of `device`, typed: its statistics(),
+/// snapshot(), limits and empty_cache() need no cast. It is what
+/// get_per_device_resource(device) returns unless set_per_device_resource()
+/// replaced that; it stays the same object (and keeps its cache) either way.
+///
+/// Every caching_resource is a pool of its own: a second one made with
+/// `caching_resource{device}` caches beside this one and shares none of its
+/// memory. That is what several pools on purpose look like (e.g. one per
+/// subsystem, each with its own caching_options::limit): make them, and give
+/// each to its users through synced_memory_options::device_resource or
+/// set_per_device_resource(); to share the default pool, use this one.
+/// @throws syncmem::logic_error for an invalid device, or when
+///   SYNCMEM_ALLOC_CONF is malformed
+[[nodiscard]] caching_resource& default_resource(device_id device);
 
 /// @brief The default resource of the current device.
 [[nodiscard]] memory_resource& get_current_device_resource();

@@ -20,7 +20,7 @@ constexpr std::size_t max_devices = 64;
 struct slot {
   std::atomic<memory_resource*> current{nullptr};
   std::once_flag made;
-  memory_resource* built_in = nullptr;  // never destroyed: frees may come after main()
+  caching_resource* built_in = nullptr;  // never destroyed: frees may come after main()
 };
 
 struct registry {
@@ -38,7 +38,7 @@ registry& slots() {
 
 // A caching allocator per device, configured by SYNCMEM_ALLOC_CONF (a
 // malformed value is an error here, on first use, naming what is wrong).
-memory_resource* make_built_in(device_id device) {
+caching_resource* make_built_in(device_id device) {
   auto* r = new caching_resource{device, caching_options::from_environment()};
   syncmem::detail::release_at_exit([r] { r->empty_cache(); });
   return r;
@@ -51,7 +51,7 @@ slot& checked_slot(device_id device) {
   return slots().at(device);
 }
 
-memory_resource& built_in(slot& s, device_id device) {
+caching_resource& built_in(slot& s, device_id device) {
   std::call_once(s.made, [&] { s.built_in = make_built_in(device); });
   return *s.built_in;
 }
@@ -63,9 +63,12 @@ memory_resource& get_per_device_resource(device_id device) {
   if (auto* r = s.current.load(std::memory_order_acquire)) return *r;
   auto& fallback = built_in(s, device);
   memory_resource* expected = nullptr;
-  s.current.compare_exchange_strong(expected, &fallback, std::memory_order_acq_rel);
+  memory_resource* built = &fallback;
+  s.current.compare_exchange_strong(expected, built, std::memory_order_acq_rel);
   return *s.current.load(std::memory_order_acquire);
 }
+
+caching_resource& default_resource(device_id device) { return built_in(checked_slot(device), device); }
 
 memory_resource& get_current_device_resource() { return get_per_device_resource(current_device()); }
 
