@@ -120,7 +120,9 @@ allocation_trace mixed_trace(std::size_t device_memory, bool quick) {
   std::mt19937_64 random{1120};
   const double large_max = std::max(2.0 * MiB, 256.0 * MiB * f);
   std::uniform_real_distribution<double> unit{0.0, 1.0};
-  auto log_uniform = [&](double low, double high) { return std::exp(std::log(low) + unit(random) * (std::log(high) - std::log(low))); };
+  auto log_uniform = [&](double low, double high) {
+    return std::exp(std::log(low) + unit(random) * (std::log(high) - std::log(low)));
+  };
   std::vector<std::size_t> live(t.slots, 0);
   const int steps = quick ? 2000 : 40000;
   for (int i = 0; i < steps; ++i) {

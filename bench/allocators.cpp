@@ -156,7 +156,8 @@ std::vector<method> methods_for(device_id device) {
                      }});
   methods.push_back({"caching_expandable", [](device_id d, bool) {
                        return std::make_unique<resource_under_test>(
-                           std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1")), false);
+                           std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1")),
+                           false);
                      }});
   if (device.kind() == device_kind::cuda) {
     methods.push_back({"cudaMalloc", [](device_id d, bool replay) {
@@ -280,77 +281,88 @@ void register_threads(const options& o, const method& m) {
     };
     auto run = std::make_shared<shared_run>();
     const auto name = fmt::format("alloc/threads/{}/{}threads", m.name, threads);
-    benchmark::RegisterBenchmark(name.c_str(), [m, device, run, threads](benchmark::State& state) {
-      constexpr std::size_t bytes = 64 * KiB;
-      if (state.thread_index() == 0) {
-        run->error.clear();
-        try {
-          run->a = m.make(device, false);
-          for (int t = 0; t < threads; ++t) run->streams.push_back(std::make_unique<stream>(device));
-        } catch (const std::exception& e) {
-          run->error = e.what();
-        }
-      }
-      try {
-        set_current_device(device);
-      } catch (const std::exception& e) {
-        state.SkipWithError(e.what());
-      }
-      for (auto _ : state) {
-        if (!run->error.empty()) {
-          state.SkipWithError(run->error.c_str());
-          break;
-        }
-        stream_view s = *run->streams[static_cast<std::size_t>(state.thread_index())];
-        void* p = run->a->allocate(bytes, s);
-        benchmark::DoNotOptimize(p);
-        run->a->deallocate(p, bytes, s);
-      }
-      state.SetItemsProcessed(state.iterations());
-      if (state.thread_index() == 0) {
-        for (auto& s : run->streams) s->synchronize();
-        run->streams.clear();
-        run->a.reset();
-      }
-    })->Threads(threads)->UseRealTime()->MinTime(o.min_time());
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [m, device, run, threads](benchmark::State& state) {
+                                   constexpr std::size_t bytes = 64 * KiB;
+                                   if (state.thread_index() == 0) {
+                                     run->error.clear();
+                                     try {
+                                       run->a = m.make(device, false);
+                                       for (int t = 0; t < threads; ++t)
+                                         run->streams.push_back(std::make_unique<stream>(device));
+                                     } catch (const std::exception& e) {
+                                       run->error = e.what();
+                                     }
+                                   }
+                                   try {
+                                     set_current_device(device);
+                                   } catch (const std::exception& e) {
+                                     state.SkipWithError(e.what());
+                                   }
+                                   for (auto _ : state) {
+                                     if (!run->error.empty()) {
+                                       state.SkipWithError(run->error.c_str());
+                                       break;
+                                     }
+                                     stream_view s = *run->streams[static_cast<std::size_t>(state.thread_index())];
+                                     void* p = run->a->allocate(bytes, s);
+                                     benchmark::DoNotOptimize(p);
+                                     run->a->deallocate(p, bytes, s);
+                                   }
+                                   state.SetItemsProcessed(state.iterations());
+                                   if (state.thread_index() == 0) {
+                                     for (auto& s : run->streams) s->synchronize();
+                                     run->streams.clear();
+                                     run->a.reset();
+                                   }
+                                 })
+        ->Threads(threads)
+        ->UseRealTime()
+        ->MinTime(o.min_time());
   }
 }
 
 void register_replay(const options& o, const method& m, std::shared_ptr<const allocation_trace> trace) {
   const device_id device = o.first();
   const auto name = fmt::format("alloc/replay/{}/{}", m.name, trace->name);
-  benchmark::RegisterBenchmark(name.c_str(), [m, device, trace](benchmark::State& state) {
-    guarded(state, [&] {
-      peaks p;
-      std::chrono::steady_clock::duration replaying{};
-      for (auto _ : state) {
-        auto a = m.make(device, true);
-        stream s{device};
-        set_current_device(device);
-        const auto start = std::chrono::steady_clock::now();
-        std::vector<void*> slots(trace->slots, nullptr);
-        for (const auto& op : trace->ops) {
-          if (op.allocate) {
-            slots[op.slot] = a->allocate(op.size, s);
-          } else {
-            a->deallocate(slots[op.slot], op.size, s);
+  benchmark::RegisterBenchmark(
+      name.c_str(),
+      [m, device, trace](benchmark::State& state) {
+        guarded(state, [&] {
+          peaks p;
+          std::chrono::steady_clock::duration replaying{};
+          for (auto _ : state) {
+            auto a = m.make(device, true);
+            stream s{device};
+            set_current_device(device);
+            const auto start = std::chrono::steady_clock::now();
+            std::vector<void*> slots(trace->slots, nullptr);
+            for (const auto& op : trace->ops) {
+              if (op.allocate) {
+                slots[op.slot] = a->allocate(op.size, s);
+              } else {
+                a->deallocate(slots[op.slot], op.size, s);
+              }
+            }
+            s.synchronize();
+            replaying += std::chrono::steady_clock::now() - start;
+            p = a->peak();
           }
-        }
-        s.synchronize();
-        replaying += std::chrono::steady_clock::now() - start;
-        p = a->peak();
-      }
-      state.counters["peak_reserved"] = static_cast<double>(p.reserved);
-      state.counters["peak_allocated"] = static_cast<double>(p.allocated);
-      state.counters["peak_requested"] = static_cast<double>(trace->peak_requested());
-      state.counters["peak_ratio"] = p.allocated > 0 ? static_cast<double>(p.reserved) / static_cast<double>(p.allocated) : 0.0;
-      // Timed here, in nanoseconds: a rate counter would give seconds, and of CPU time.
-      const double ops = static_cast<double>(trace->ops.size()) * static_cast<double>(state.iterations());
-      state.counters["ns_per_op"] =
-          ops > 0 ? static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(replaying).count()) / ops
+          state.counters["peak_reserved"] = static_cast<double>(p.reserved);
+          state.counters["peak_allocated"] = static_cast<double>(p.allocated);
+          state.counters["peak_requested"] = static_cast<double>(trace->peak_requested());
+          state.counters["peak_ratio"] =
+              p.allocated > 0 ? static_cast<double>(p.reserved) / static_cast<double>(p.allocated) : 0.0;
+          // Timed here, in nanoseconds: a rate counter would give seconds, and of CPU time.
+          const double ops = static_cast<double>(trace->ops.size()) * static_cast<double>(state.iterations());
+          state.counters["ns_per_op"] =
+              ops > 0
+                  ? static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(replaying).count()) / ops
                   : 0.0;
-    });
-  })->Iterations(1)->Unit(benchmark::kMillisecond);
+        });
+      })
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
 }
 
 // The generated traces, and those named in SYNCMEM_BENCH_TRACES

@@ -35,9 +35,9 @@
 namespace syncmem::bench {
 
 struct options {
-  bool quick = false;                // fewer sizes and shorter runs (syncmem bench --quick: under 30 s)
-  std::vector<device_id> devices;    // the devices to run on: every CUDA device, else emulated:0
-  [[nodiscard]] bool gpu() const;    // whether the figures come from a GPU
+  bool quick = false;              // fewer sizes and shorter runs (syncmem bench --quick: under 30 s)
+  std::vector<device_id> devices;  // the devices to run on: every CUDA device, else emulated:0
+  [[nodiscard]] bool gpu() const;  // whether the figures come from a GPU
   [[nodiscard]] device_id first() const { return devices.front(); }
   [[nodiscard]] double min_time() const { return quick ? 0.01 : 0.2; }  // seconds per benchmark
 };

@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.hpp"
 #include "bench.hpp"
-#include "common/backend.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/stream.hpp"
 
@@ -72,11 +72,11 @@ void register_memcpy_suite(const options& o) {
   for (const std::size_t bytes : sizes) {
     const auto size = size_name(bytes);
     register_benchmark(fmt::format("memcpy/h2h/syncmem-stream/{}", size).c_str(),
-                                 [bytes, device](benchmark::State& s) { stream_copy(s, bytes, device); })
+                       [bytes, device](benchmark::State& s) { stream_copy(s, bytes, device); })
         ->UseRealTime()
         ->MinTime(o.min_time());
     register_benchmark(fmt::format("memcpy/h2h/std::memcpy/{}", size).c_str(),
-                                 [bytes](benchmark::State& s) { std_memcpy(s, bytes); })
+                       [bytes](benchmark::State& s) { std_memcpy(s, bytes); })
         ->UseRealTime()
         ->MinTime(o.min_time());
   }

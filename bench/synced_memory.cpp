@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.hpp"
 #include "bench.hpp"
-#include "common/backend.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/stream.hpp"
 #include "syncmem/synced_memory.hpp"
@@ -84,9 +84,9 @@ class roundtrip_pair {
 
   void synced() {
     std::memcpy(m_.mutable_host_data(), src_.data(), bytes_);
-    benchmark::DoNotOptimize(m_.device_data(s_));         // upload
+    benchmark::DoNotOptimize(m_.device_data(s_));          // upload
     benchmark::DoNotOptimize(m_.mutable_device_data(s_));  // the device writes it (no kernel)
-    benchmark::DoNotOptimize(m_.host_data());             // download, and wait for it
+    benchmark::DoNotOptimize(m_.host_data());              // download, and wait for it
   }
 
   // The same four steps by hand: pinned host buffer, two async copies, one sync.
@@ -135,8 +135,7 @@ void register_synced_memory_suite(const options& o) {
   const device_id d = o.first();
   const double min_time = o.min_time();
   register_benchmark("synced/accessor/syncmem-host_data/synced", host_data_synced, d)->MinTime(min_time);
-  register_benchmark("synced/accessor/syncmem-device_data/same-stream", device_data_same_stream, d)
-      ->MinTime(min_time);
+  register_benchmark("synced/accessor/syncmem-device_data/same-stream", device_data_same_stream, d)->MinTime(min_time);
   register_benchmark("synced/accessor/syncmem-mutable_host_data/at-host", mutable_host_data_at_host, d)
       ->MinTime(min_time);
   register_benchmark("synced/accessor/raw-pointer/any", raw_pointer)->MinTime(min_time);
@@ -145,12 +144,10 @@ void register_synced_memory_suite(const options& o) {
   std::vector<std::size_t> sizes{4, 64, 1024, 16384, 65536};
   if (o.quick) sizes = {4, 65536};
   for (auto bytes : sizes) {
-    register_benchmark(fmt::format("synced/roundtrip/syncmem/{}", size_name(bytes)).c_str(), roundtrip, d,
-                                 bytes, true)
+    register_benchmark(fmt::format("synced/roundtrip/syncmem/{}", size_name(bytes)).c_str(), roundtrip, d, bytes, true)
         ->MinTime(min_time)
         ->UseManualTime();
-    register_benchmark(fmt::format("synced/roundtrip/{}/{}", raw, size_name(bytes)).c_str(), roundtrip, d,
-                                 bytes, false)
+    register_benchmark(fmt::format("synced/roundtrip/{}/{}", raw, size_name(bytes)).c_str(), roundtrip, d, bytes, false)
         ->MinTime(min_time)
         ->UseManualTime();
   }

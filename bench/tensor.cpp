@@ -77,12 +77,11 @@ void register_tensor_suite(const options& o) {
   if (o.quick) counts = {2, 8};
   for (int n : counts) {
     const auto shapes = churn_shapes(n);
-    register_benchmark(fmt::format("tensor/reshape-churn/syncmem/{}sizes", n).c_str(), churn_syncmem, d,
-                                 shapes)
+    register_benchmark(fmt::format("tensor/reshape-churn/syncmem/{}sizes", n).c_str(), churn_syncmem, d, shapes)
         ->MinTime(min_time)
         ->UseRealTime();
     register_benchmark(fmt::format("tensor/reshape-churn/realloc-every-time/{}sizes", n).c_str(),
-                                 churn_realloc_every_time, d, shapes)
+                       churn_realloc_every_time, d, shapes)
         ->MinTime(min_time)
         ->UseRealTime();
   }

@@ -39,9 +39,8 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.hpp"
 #include "bench.hpp"
-#include "common/backend.hpp"
-#include "common/copy_internal.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -50,6 +49,7 @@
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/mr/pinned_resource.hpp"
 #include "syncmem/stream.hpp"
+#include "transfer/copy_internal.hpp"
 
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
 #include <cuda_runtime_api.h>
@@ -165,8 +165,8 @@ void run_bandwidth(benchmark::State& state, device_id d, std::size_t n, directio
       (void)detail::copy_async_with(dst, src, n, s, options, stores);
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
     } else if (method == "cudaMemcpyAsync-pinned") {
-      SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                                       cuda::native(s)));
+      SYNCMEM_CUDA_TRY(
+          cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cuda::native(s)));
     } else if (method == "cudaMemcpy-pageable") {
       SYNCMEM_CUDA_TRY(cudaMemcpy(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
 #endif
@@ -209,8 +209,8 @@ void run_interleaved(benchmark::State& state, device_id d, std::size_t n, direct
     const void* src = h2d ? b.pinned : b.device_a;
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
     if (d.kind() == device_kind::cuda) {
-      SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                                       cuda::native(s)));
+      SYNCMEM_CUDA_TRY(
+          cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cuda::native(s)));
       return;
     }
 #endif
@@ -348,7 +348,8 @@ void run_pinned_pair(benchmark::State& state, device_id d, std::size_t n, const 
       }
     }
     const auto stats = cache.statistics();
-    state.counters["hit_rate"] = static_cast<double>(stats.hits) / static_cast<double>(std::max<std::uint64_t>(1, stats.allocations));
+    state.counters["hit_rate"] =
+        static_cast<double>(stats.hits) / static_cast<double>(std::max<std::uint64_t>(1, stats.allocations));
     state.counters["blocks"] = static_cast<double>(stats.bytes_pinned / mr::caching_pinned_resource::block_size(n));
     return;
   }
@@ -396,24 +397,30 @@ void register_transfer_suite(const options& o) {
       }
       for (const auto& method : these) {
         const auto name = fmt::format("transfer/{}/{}/{}", dir == direction::h2d ? "h2d" : "d2h", method, size_name(n));
-        register_benchmark(name.c_str(), [d, n, dir, method](benchmark::State& s) {
-          run_bandwidth(s, d, n, dir, method);
-        })->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMicrosecond);
+        register_benchmark(name.c_str(),
+                           [d, n, dir, method](benchmark::State& s) { run_bandwidth(s, d, n, dir, method); })
+            ->UseManualTime()
+            ->MinTime(o.min_time())
+            ->Unit(benchmark::kMicrosecond);
       }
     }
     if (n >= 1 * MiB) {
       for (const auto dir : {direction::h2d, direction::d2h}) {
-        const auto name = fmt::format("transfer/{}-interleaved/engine/{}", dir == direction::h2d ? "h2d" : "d2h",
-                                      size_name(n));
+        const auto name =
+            fmt::format("transfer/{}-interleaved/engine/{}", dir == direction::h2d ? "h2d" : "d2h", size_name(n));
         register_benchmark(name.c_str(), [d, n, dir](benchmark::State& s) { run_interleaved(s, d, n, dir); })
-            ->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMicrosecond);
+            ->UseManualTime()
+            ->MinTime(o.min_time())
+            ->Unit(benchmark::kMicrosecond);
       }
     }
     if (!o.quick || n == 64 * MiB) {
       for (const auto& method : d2d_methods) {
         register_benchmark(fmt::format("transfer/d2d/{}/{}", method, size_name(n)).c_str(),
-                                     [d, n, method](benchmark::State& s) { run_d2d(s, d, n, method); })
-            ->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMicrosecond);
+                           [d, n, method](benchmark::State& s) { run_d2d(s, d, n, method); })
+            ->UseManualTime()
+            ->MinTime(o.min_time())
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }
@@ -423,8 +430,10 @@ void register_transfer_suite(const options& o) {
     for (const std::size_t n : o.quick ? std::vector<std::size_t>{64 * MiB} : sizes) {
       for (const std::string method : {gpu ? "cudaMemcpyPeerAsync" : "backend", "engine"}) {
         register_benchmark(fmt::format("transfer/peer/{}/{}", method, size_name(n)).c_str(),
-                                     [d, to, n, method](benchmark::State& s) { run_peer(s, d, to, n, method); })
-            ->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMicrosecond);
+                           [d, to, n, method](benchmark::State& s) { run_peer(s, d, to, n, method); })
+            ->UseManualTime()
+            ->MinTime(o.min_time())
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }
@@ -433,11 +442,12 @@ void register_transfer_suite(const options& o) {
   for (const auto dir : {direction::h2d, direction::d2h}) {
     for (const std::string method : {gpu ? "cudaMemcpy" : "backend", "engine"}) {
       register_benchmark(fmt::format("transfer/{}/{}/{}", dir == direction::h2d ? "first-touch" : "first-touch-d2h",
-                                               method, size_name(touch)).c_str(),
-                                   [d, touch, dir, method](benchmark::State& s) {
-                                     run_first_touch(s, d, touch, dir, method);
-                                   })
-          ->UseManualTime()->MinTime(o.min_time())->Unit(benchmark::kMillisecond);
+                                     method, size_name(touch))
+                             .c_str(),
+                         [d, touch, dir, method](benchmark::State& s) { run_first_touch(s, d, touch, dir, method); })
+          ->UseManualTime()
+          ->MinTime(o.min_time())
+          ->Unit(benchmark::kMillisecond);
     }
   }
 
@@ -446,8 +456,9 @@ void register_transfer_suite(const options& o) {
   for (const std::size_t n : pair_sizes) {
     for (const std::string method : {"caching", "caching-host", gpu ? "cudaMallocHost" : "pinned_resource"}) {
       register_benchmark(fmt::format("pinned/pair/{}/{}", method, size_name(n)).c_str(),
-                                   [d, n, method](benchmark::State& s) { run_pinned_pair(s, d, n, method); })
-          ->MinTime(o.min_time())->Unit(benchmark::kNanosecond);
+                         [d, n, method](benchmark::State& s) { run_pinned_pair(s, d, n, method); })
+          ->MinTime(o.min_time())
+          ->Unit(benchmark::kNanosecond);
     }
   }
 }

@@ -104,10 +104,11 @@ int main() try {
   for (int i = 0; i < bottom.count(); ++i) {
     if (std::fabs(cpu_diff[static_cast<std::size_t>(i)] - bottom.cpu_diff()[i]) > 1e-6F) ++wrong;
   }
-  std::printf("caffe_relu_layer on %s: forward and backward of %d values, CPU and device agree: %s "
-              "(asum of top %.4f, of bottom diff %.4f)\n",
-              syncmem::to_string(syncmem::compat::current()).c_str(), bottom.count(), wrong == 0 ? "yes" : "NO",
-              static_cast<double>(top_gpu.asum_data()), static_cast<double>(bottom.asum_diff()));
+  std::printf(
+      "caffe_relu_layer on %s: forward and backward of %d values, CPU and device agree: %s "
+      "(asum of top %.4f, of bottom diff %.4f)\n",
+      syncmem::to_string(syncmem::compat::current()).c_str(), bottom.count(), wrong == 0 ? "yes" : "NO",
+      static_cast<double>(top_gpu.asum_data()), static_cast<double>(bottom.asum_diff()));
   return wrong == 0 ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "caffe_relu_layer: %s\n", e.what());

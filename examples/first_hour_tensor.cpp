@@ -51,8 +51,9 @@ int main() try {
   }
   const bool same_checksum = syncmem::host_checksum(ys) == on_device;
   const bool corner = y.at<float>({63, 99}) == 2001.0F;
-  std::cout << y.to_string() << ": " << wrong << " of " << y.numel() << " elements wrong, y[63, 99] = "
-            << y.at<float>({63, 99}) << "; checksums " << (same_checksum ? "agree" : "differ") << "\n";
+  std::cout << y.to_string() << ": " << wrong << " of " << y.numel()
+            << " elements wrong, y[63, 99] = " << y.at<float>({63, 99}) << "; checksums "
+            << (same_checksum ? "agree" : "differ") << "\n";
 
   // The caching allocator behind both tensors, typed: no cast for its statistics.
   syncmem::mr::caching_resource& pool = syncmem::mr::default_resource(device);

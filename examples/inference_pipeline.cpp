@@ -18,13 +18,15 @@
 #include <vector>
 
 #include "common/example_kernels.hpp"
-#include "syncmem/syncmem.hpp"
 #include "syncmem/synced_memory.hpp"
+#include "syncmem/syncmem.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-double ms_since(clock_type::time_point t) { return std::chrono::duration<double, std::milli>(clock_type::now() - t).count(); }
+double ms_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
 
 constexpr float scale = 0.75F;
 
@@ -62,9 +64,7 @@ int main(int argc, char** argv) try {
   for (auto& x : base) x = pick(random);
 
   std::array<syncmem::stream, 2> streams{syncmem::stream{device}, syncmem::stream{device}};
-  auto make = [&](const char* label) {
-    return syncmem::synced_memory{bytes, device, {.label = label}};
-  };
+  auto make = [&](const char* label) { return syncmem::synced_memory{bytes, device, {.label = label}}; };
   std::array<batch_buffers, 2> buffers{batch_buffers{make("input 0"), make("output 0")},
                                        batch_buffers{make("input 1"), make("output 1")}};
   for (auto& b : buffers) {
@@ -146,9 +146,10 @@ int main(int argc, char** argv) try {
               rounds);
   std::printf("  copies alone   %9.2f ms  (upload and download, one stream)\n", copy_ms);
   std::printf("  compute alone  %9.2f ms\n", compute_ms);
-  std::printf("  pipelined      %9.2f ms  (two streams, double buffering); max(copy, compute) = %.2f ms, "
-              "sum = %.2f ms\n",
-              pipelined_ms, std::max(copy_ms, compute_ms), copy_ms + compute_ms);
+  std::printf(
+      "  pipelined      %9.2f ms  (two streams, double buffering); max(copy, compute) = %.2f ms, "
+      "sum = %.2f ms\n",
+      pipelined_ms, std::max(copy_ms, compute_ms), copy_ms + compute_ms);
   std::printf("  overlap: %.0f%% of the shorter of copy and compute was hidden%s\n", overlap,
               gpu ? "" : " (emulated device: copies and compute share the host's cores)");
   std::printf("  results: %d batches checked, %d wrong values\n", checked, wrong);

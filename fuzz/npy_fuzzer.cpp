@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const syncmem::tensor back = syncmem::from_npy(syncmem::to_npy(t), device);
     const bool same = back.dtype() == t.dtype() && back.shape() == t.shape() && back.nbytes() == t.nbytes() &&
                       (t.nbytes() == 0 || std::memcmp(back.host_data(), t.host_data(), t.nbytes()) == 0);
-    if (!same) std::abort();  // a round trip changed the tensor
+    if (!same) std::abort();             // a round trip changed the tensor
   } catch (const syncmem::npy_error&) {  // NOLINT(bugprone-empty-catch)
   }
   return 0;

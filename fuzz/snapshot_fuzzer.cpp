@@ -19,7 +19,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto snapshot = syncmem::tool::snapshot_from_json(document, "fuzz.json");
     const auto page = syncmem::tool::render_snapshot_html(snapshot, "fuzz.json");
     if (page.empty()) __builtin_trap();
-  } catch (const syncmem::tool::input_error&) {
-  }
+  } catch (const syncmem::tool::input_error&) {}
   return 0;
 }

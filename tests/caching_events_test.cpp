@@ -1,5 +1,5 @@
 // The caching allocator's events, on an emulated device.
-#include "common/mr/caching/caching_events.hpp"
+#include "mr/caching/caching_events.hpp"
 
 #include <gtest/gtest.h>
 

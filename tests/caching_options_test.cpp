@@ -46,9 +46,9 @@ TEST(CachingOptions, ParsesEveryKey) {
 }
 
 TEST(CachingOptions, ToStringReadsBack) {
-  for (const char* text : {"max_split_mb:20,expandable:1,limit_mb:1,thread_cache_mb:64", "expandable:0",
-                           "release_before_grow:false",
-                           "limit_mb:1073741824,max_split_mb:16777216", "thread_cache_mb:65536"}) {
+  for (const char* text :
+       {"max_split_mb:20,expandable:1,limit_mb:1,thread_cache_mb:64", "expandable:0", "release_before_grow:false",
+        "limit_mb:1073741824,max_split_mb:16777216", "thread_cache_mb:65536"}) {
     const auto o = mr::caching_options::parse(text);
     EXPECT_EQ(mr::caching_options::parse(o.to_string()), o) << text << " -> " << o.to_string();
   }

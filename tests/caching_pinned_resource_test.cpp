@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "resource_conformance.hpp"

@@ -59,7 +59,7 @@ struct caching_cuda_expandable : on_device<device_kind::cuda> {
 };
 
 using caching_kinds = ::testing::Types<caching_emulated, caching_emulated_no_thread_cache, caching_emulated_expandable,
-                                      caching_emulated_small_max_split, caching_cuda, caching_cuda_expandable>;
+                                       caching_emulated_small_max_split, caching_cuda, caching_cuda_expandable>;
 INSTANTIATE_TYPED_TEST_SUITE_P(caching, resource_conformance, caching_kinds);
 
 namespace {
@@ -281,8 +281,8 @@ TYPED_TEST(caching_test, SnapshotParsesAndFollowsTheSchema) {
     EXPECT_EQ(json["format"], "syncmem.snapshot/1");
     EXPECT_EQ(json["device"], to_string(this->device_));
     EXPECT_EQ(json["resource"], r->name());
-    EXPECT_TRUE(std::regex_match(json["captured_at"].get<std::string>(),
-                                 std::regex{R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"}));
+    EXPECT_TRUE(
+        std::regex_match(json["captured_at"].get<std::string>(), std::regex{R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"}));
     std::map<std::string, std::size_t> by_state;
     std::size_t reserved = 0;
     std::set<std::string> labels;
@@ -380,8 +380,8 @@ TYPED_TEST(caching_test, FailedDeviceAllocationsAreRetriedAfterFreeingTheCache) 
   }
   mr::statistics_adaptor counted{*raw};
   mr::failure_adaptor failing{counted};
-  auto r = std::make_unique<mr::caching_resource>(this->device_, mr::caching_options::parse("thread_cache_mb:0"),
-                                                  &failing);
+  auto r =
+      std::make_unique<mr::caching_resource>(this->device_, mr::caching_options::parse("thread_cache_mb:0"), &failing);
   EXPECT_EQ(r->upstream(), &failing);
   stream s{this->device_};
   // Cache some memory: a wholly free segment, and a partly used one (2.5 of 4 MiB).

@@ -1,12 +1,12 @@
 // The snapshot of a caching allocator, from made-up bookkeeping.
-#include "common/mr/caching/caching_snapshot.hpp"
+#include "mr/caching/caching_snapshot.hpp"
 
 #include <gtest/gtest.h>
 
 #include <map>
 #include <memory>
 
-#include "common/mr/caching/labels.hpp"
+#include "mr/caching/labels.hpp"
 
 namespace syncmem::mr::detail::caching {
 namespace {

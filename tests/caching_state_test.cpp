@@ -1,7 +1,7 @@
 // ctest-labels: threaded
 // The caching allocator as its parts work together: streams are told apart
 // by their lifetimes, not by their handles.
-#include "common/mr/caching/caching_state.hpp"
+#include "mr/caching/caching_state.hpp"
 
 #include <gtest/gtest.h>
 

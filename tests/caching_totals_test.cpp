@@ -1,5 +1,5 @@
 // The counts behind caching_resource::statistics().
-#include "common/mr/caching/caching_totals.hpp"
+#include "mr/caching/caching_totals.hpp"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "syncmem/compat/device.hpp"
 #include "syncmem/copy.hpp"
@@ -132,7 +132,7 @@ TEST(CaffeSyncedMemory, AsyncGpuPushIsSyncedOnlyWhenTheCopyIsDone) {
   stream s{compat::current()};
   test::stream_latch hold{s};
   mem.async_gpu_push(s);
-  EXPECT_EQ(mem.head(), SyncedMemory::HEAD_AT_CPU);  // Caffe said SYNCED here
+  EXPECT_EQ(mem.head(), SyncedMemory::HEAD_AT_CPU);                            // Caffe said SYNCED here
   test::while_held(hold, [&] { std::memset(mem.mutable_cpu_data(), 4, n); });  // waits for the push
   EXPECT_EQ(mem.head(), SyncedMemory::HEAD_AT_CPU);
   EXPECT_EQ(gpu_read(mem.gpu_data(), n), std::vector<std::uint8_t>(n, 4));
@@ -256,10 +256,9 @@ TYPED_TEST(CaffeBlob, ShapesAxesAndOffsets) {
   EXPECT_THROW(b.Reshape(std::vector<int>(33, 1)), logic_error);
   EXPECT_THROW(b.Reshape(std::vector<int>{2, -1}), logic_error);
   EXPECT_THROW(b.Reshape(std::vector<int>{1 << 16, 1 << 16}), logic_error);  // count past int
-  EXPECT_EQ(b.count(), 120);  // unchanged
+  EXPECT_EQ(b.count(), 120);                                                 // unchanged
   const int* gpu_shape = b.gpu_shape();
-  EXPECT_EQ(gpu_read(gpu_shape, 4 * sizeof(int)),
-            gpu_read(std::vector<int>{2, 3, 4, 5}.data(), 4 * sizeof(int)));
+  EXPECT_EQ(gpu_read(gpu_shape, 4 * sizeof(int)), gpu_read(std::vector<int>{2, 3, 4, 5}.data(), 4 * sizeof(int)));
 }
 
 TYPED_TEST(CaffeBlob, DataAtAndDiffAt) {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 
 using ::testing::HasSubstr;
 

@@ -17,9 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/backend.hpp"
-#include "common/copy_internal.hpp"
-#include "common/host_copy_pool.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -31,6 +29,8 @@
 #include "syncmem/mr/registered_memory.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
+#include "transfer/copy_internal.hpp"
+#include "transfer/host_copy_pool.hpp"
 
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
@@ -46,11 +46,16 @@ constexpr mem all_mems[] = {mem::pageable, mem::pinned, mem::registered, mem::de
 
 const char* name(mem m) {
   switch (m) {
-    case mem::pageable: return "pageable";
-    case mem::pinned: return "pinned";
-    case mem::registered: return "registered";
-    case mem::device: return "device";
-    case mem::other_device: return "other_device";
+    case mem::pageable:
+      return "pageable";
+    case mem::pinned:
+      return "pinned";
+    case mem::registered:
+      return "registered";
+    case mem::device:
+      return "device";
+    case mem::other_device:
+      return "other_device";
   }
   return "?";
 }
@@ -139,8 +144,8 @@ class test_buffer {
   if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes differ";
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (got[i] != want[i]) {
-      return ::testing::AssertionFailure() << "byte " << i << " of " << got.size() << " is " << int{got[i]}
-                                           << ", expected " << int{want[i]};
+      return ::testing::AssertionFailure()
+             << "byte " << i << " of " << got.size() << " is " << int{got[i]} << ", expected " << int{want[i]};
     }
   }
   return ::testing::AssertionSuccess();
@@ -339,8 +344,7 @@ TYPED_TEST(Copy, BadInputIsRefusedAndCopiesNothing) {
   bad.max_chunk = bad.min_chunk - 1;
   EXPECT_THROW(set_copy_options(bad), logic_error);
   if (this->count() >= 2) {
-    expect_refusal([&] { (void)copy_async(h.data(), d.data(), 10, default_stream(this->dev(1))); },
-                   "use a stream of");
+    expect_refusal([&] { (void)copy_async(h.data(), d.data(), 10, default_stream(this->dev(1))); }, "use a stream of");
   }
 }
 
@@ -472,8 +476,8 @@ TYPED_TEST(Copy, StagedCopiesAroundEverySwitchDeliverEveryByteInOrder) {
     }
     for (auto& p : pending) p.wait();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      EXPECT_TRUE(same_bytes(results[i], sources[i])) << sizes[i] << " bytes, host_threads " << o.host_threads
-                                                      << ", staging_buffers " << o.staging_buffers;
+      EXPECT_TRUE(same_bytes(results[i], sources[i]))
+          << sizes[i] << " bytes, host_threads " << o.host_threads << ", staging_buffers " << o.staging_buffers;
     }
   }
   EXPECT_EQ(staging_resource(this->kind).statistics().bytes_in_use, 0U);
@@ -491,7 +495,7 @@ TEST(CopyTransfer, DefaultAndMovedFromAreComplete) {
   transfer a = copy_async(h.data(), d.data(), 4096, s);
   EXPECT_EQ(a.path(), copy_path::dma);
   transfer b{std::move(a)};
-  EXPECT_TRUE(a.ready());  // NOLINT(bugprone-use-after-move): moved-from is complete by contract
+  EXPECT_TRUE(a.ready());                // NOLINT(bugprone-use-after-move): moved-from is complete by contract
   EXPECT_EQ(a.path(), copy_path::none);  // NOLINT(bugprone-use-after-move)
   t = std::move(b);
   t.wait();
@@ -761,8 +765,8 @@ TYPED_TEST(Copy, LargeDownloadsTakeTheirTwoRingsInTurn) {
   for (const bool large : {false, true}) {
     mr::caching_pinned_resource staging{this->kind};
     o.staging = &staging;
-    const std::size_t n = large ? t.demote_downloads_up_to + 1 + rng()() % (2 * MiB)
-                                : t.demote_downloads_up_to - rng()() % (64 * KiB);
+    const std::size_t n =
+        large ? t.demote_downloads_up_to + 1 + rng()() % (2 * MiB) : t.demote_downloads_up_to - rng()() % (64 * KiB);
     const auto before = detail::alternate_half_download_count();
     for (int i = 0; i < 4; ++i) {
       const auto bytes = random_bytes(n);

@@ -1,5 +1,5 @@
 // The caching allocator's ordinary segments, from the device or an upstream.
-#include "common/mr/caching/device_segments.hpp"
+#include "mr/caching/device_segments.hpp"
 
 #include <gtest/gtest.h>
 

@@ -107,8 +107,7 @@ TEST(DeviceGuard, RestoresWhenAnExceptionLeavesTheScope) {
       device_guard guard{device_id::emulated(0)};
       EXPECT_EQ(current_device(), device_id::emulated(0));
       throw std::runtime_error{"leave"};
-    } catch (const std::runtime_error&) {
-    }
+    } catch (const std::runtime_error&) {}
     EXPECT_EQ(current_device(), device_id::emulated(2));
   }}.join();
 }

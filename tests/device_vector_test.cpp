@@ -13,8 +13,8 @@
 
 #include "syncmem/elementwise.hpp"
 #include "syncmem/error.hpp"
-#include "syncmem/mr/statistics_adaptor.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
+#include "syncmem/mr/statistics_adaptor.hpp"
 #include "test_support.hpp"
 
 using ::testing::HasSubstr;

@@ -41,8 +41,8 @@ static_assert(bfloat16{1.0F}.bits() == 0x3F80);
 
 TEST(Dtype, NamesAndSizes) {
   const std::vector<std::pair<std::string, std::size_t>> expected = {
-      {"bool", 1},    {"int8", 1},     {"uint8", 1},    {"int16", 2},   {"int32", 4},
-      {"int64", 8},   {"float16", 2},  {"bfloat16", 2}, {"float32", 4}, {"float64", 8}};
+      {"bool", 1},  {"int8", 1},    {"uint8", 1},    {"int16", 2},   {"int32", 4},
+      {"int64", 8}, {"float16", 2}, {"bfloat16", 2}, {"float32", 4}, {"float64", 8}};
   ASSERT_EQ(std::size(all_dtypes), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(to_string(all_dtypes[i]), expected[i].first);
@@ -62,8 +62,8 @@ double half_reference(std::uint16_t h) {
   const int sign = (h >> 15) != 0 ? -1 : 1;
   const int exponent = (h >> 10) & 0x1F;
   const int mantissa = h & 0x3FF;
-  if (exponent == 0x1F) return mantissa == 0 ? sign * std::numeric_limits<double>::infinity()
-                                             : std::numeric_limits<double>::quiet_NaN();
+  if (exponent == 0x1F)
+    return mantissa == 0 ? sign * std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
   if (exponent == 0) return sign * std::ldexp(mantissa, -24);
   return sign * std::ldexp(1024 + mantissa, exponent - 25);
 }
@@ -72,8 +72,8 @@ double bfloat_reference(std::uint16_t b) {
   const int sign = (b >> 15) != 0 ? -1 : 1;
   const int exponent = (b >> 7) & 0xFF;
   const int mantissa = b & 0x7F;
-  if (exponent == 0xFF) return mantissa == 0 ? sign * std::numeric_limits<double>::infinity()
-                                             : std::numeric_limits<double>::quiet_NaN();
+  if (exponent == 0xFF)
+    return mantissa == 0 ? sign * std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
   if (exponent == 0) return sign * std::ldexp(mantissa, -133);
   return sign * std::ldexp(128 + mantissa, exponent - 134);
 }
@@ -108,7 +108,7 @@ std::vector<float> interesting_floats() {
                                65520.0F,
                                65536.0F,
                                1e-8F,
-                               5.960464477539063e-8F,  // 2^-24
+                               5.960464477539063e-8F,    // 2^-24
                                2.98023223876953125e-8F,  // 2^-25
                                6.103515625e-05F,         // 2^-14
                                std::numeric_limits<float>::min(),

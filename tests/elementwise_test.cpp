@@ -51,7 +51,8 @@ TYPED_TEST(Elementwise, IotaCountsFromTheStart) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(longs[i], start + static_cast<std::int64_t>(i)) << i;
   iota(m.mutable_device_span<float>(s), start, s);
   const auto floats = m.host_span<float>();
-  for (std::size_t i = 0; i < 2 * n; ++i) ASSERT_EQ(floats[i], static_cast<float>(start + static_cast<std::int64_t>(i)));
+  for (std::size_t i = 0; i < 2 * n; ++i)
+    ASSERT_EQ(floats[i], static_cast<float>(start + static_cast<std::int64_t>(i)));
   iota(m.mutable_device_span<std::int32_t>(s), start, s);
   const auto ints = m.host_span<std::int32_t>();
   for (std::size_t i = 0; i < 2 * n; ++i) ASSERT_EQ(ints[i], start + static_cast<std::int64_t>(i));

@@ -6,7 +6,7 @@
 #include <new>
 #include <string>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/device.hpp"
 
 using ::testing::HasSubstr;
@@ -37,9 +37,7 @@ TEST(Errors, ExpectsDoesNotBuildTheMessageWhenTheCheckHolds) {
   EXPECT_EQ(built, 0);
 }
 
-TEST(Errors, LogicErrorIsAStdLogicError) {
-  EXPECT_THROW(SYNCMEM_FAIL("bad"), std::logic_error);
-}
+TEST(Errors, LogicErrorIsAStdLogicError) { EXPECT_THROW(SYNCMEM_FAIL("bad"), std::logic_error); }
 
 TEST(Errors, CudaTryCarriesCallFileLineNameAndMessage) {
   try {
@@ -115,9 +113,7 @@ TEST(Errors, ExceptionsCopyWithoutLosingDetails) {
   EXPECT_STREQ(copy.what(), original.what());
 }
 
-TEST(Errors, UnsupportedErrorIsARuntimeError) {
-  EXPECT_THROW(SYNCMEM_UNSUPPORTED("not here"), std::runtime_error);
-}
+TEST(Errors, UnsupportedErrorIsARuntimeError) { EXPECT_THROW(SYNCMEM_UNSUPPORTED("not here"), std::runtime_error); }
 
 TEST(Errors, DeviceAccessWithoutDevicesOfAKindIsUnsupported) {
   if (device_count(device_kind::cuda) > 0) GTEST_SKIP() << "this machine has CUDA devices";

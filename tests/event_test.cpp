@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"

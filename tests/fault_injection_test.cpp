@@ -141,7 +141,7 @@ TYPED_TEST(FaultInjection, SyncedMemorySequencesKeepTheStrongGuarantee) {
         options.label = "fault-injected";
         std::size_t size = 1000 + random() % 5000;
         synced_memory m{size, d, options};
-        bytes_t expect;  // the contents, where known (a prefix of `size` bytes)
+        bytes_t expect;            // the contents, where known (a prefix of `size` bytes)
         constexpr int steps = 24;  // the last one reads the contents back
         for (int step = 0; step < steps && reached == 0; ++step) {
           const int op = step == steps - 1 ? 1 : static_cast<int>(random() % 8);
@@ -167,7 +167,7 @@ TYPED_TEST(FaultInjection, SyncedMemorySequencesKeepTheStrongGuarantee) {
               case 1:  // host read
                 EXPECT_TRUE(std::equal(expect.begin(), expect.end(), host_bytes(m).begin()));
                 break;
-              case 2:  // device write, in order on s
+              case 2:                                  // device write, in order on s
                 if (expect.size() != m.size()) break;  // only over known contents
                 test::device_add_bytes(s, m.mutable_device_data(s), m.size(), delta);
                 for (auto& x : expect) x = static_cast<std::uint8_t>(x + delta);
@@ -298,46 +298,48 @@ TYPED_TEST(FaultInjection, StagedTransfersLeaveTheDestinationUntouched) {
     auto device = device_upstream(d);
     const std::size_t n = (std::size_t{3} << 20) + 4097;  // staged in several chunks
     const bytes_t source = test::random_bytes(n);
-    for_each_allocation_point([&](injection& inj) -> int {
-      injected_resource staging_upstream{pinned, inj};
-      int reached = 0;
-      {
-        mr::caching_pinned_options staging_options;
-        staging_options.fallback_to_pageable = fallback;
-        mr::caching_pinned_resource staging{staging_upstream.tracking, staging_options};
-        copy_options o = get_copy_options();
-        o.staging = &staging;
-        o.min_chunk = std::size_t{256} << 10;
-        o.max_chunk = std::size_t{1} << 20;
-        stream s{d};
-        void* dev_buffer = device->allocate(n, s);
-        // Upload: on failure nothing of the device buffer is written.
-        const bytes_t canary = test::random_bytes(n);
-        copy(dev_buffer, canary.data(), n, s);
-        try {
-          copy(dev_buffer, source.data(), n, s, o);
-        } catch (const std::bad_alloc&) {
-          ++reached;
-          bytes_t back(n);
-          copy(back.data(), dev_buffer, n, s);
-          EXPECT_EQ(back, canary) << "a failed upload wrote part of its destination";
-        }
-        // Download: on failure nothing of the host buffer is written.
-        bytes_t host(n, 0x3c);
-        try {
-          copy(host.data(), dev_buffer, n, s, o);
-          EXPECT_EQ(host, reached != 0 ? canary : source);
-        } catch (const std::bad_alloc&) {
-          ++reached;
-          EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](std::uint8_t b) { return b == 0x3c; }))
-              << "a failed download wrote part of its destination";
-        }
-        s.synchronize();
-        device->deallocate(dev_buffer, n, s);
-      }  // the cache gives its blocks back
-      EXPECT_EQ(staging_upstream.tracking.live_count(), 0U) << staging_upstream.tracking.leak_report();
-      return reached;
-    }, !fallback);
+    for_each_allocation_point(
+        [&](injection& inj) -> int {
+          injected_resource staging_upstream{pinned, inj};
+          int reached = 0;
+          {
+            mr::caching_pinned_options staging_options;
+            staging_options.fallback_to_pageable = fallback;
+            mr::caching_pinned_resource staging{staging_upstream.tracking, staging_options};
+            copy_options o = get_copy_options();
+            o.staging = &staging;
+            o.min_chunk = std::size_t{256} << 10;
+            o.max_chunk = std::size_t{1} << 20;
+            stream s{d};
+            void* dev_buffer = device->allocate(n, s);
+            // Upload: on failure nothing of the device buffer is written.
+            const bytes_t canary = test::random_bytes(n);
+            copy(dev_buffer, canary.data(), n, s);
+            try {
+              copy(dev_buffer, source.data(), n, s, o);
+            } catch (const std::bad_alloc&) {
+              ++reached;
+              bytes_t back(n);
+              copy(back.data(), dev_buffer, n, s);
+              EXPECT_EQ(back, canary) << "a failed upload wrote part of its destination";
+            }
+            // Download: on failure nothing of the host buffer is written.
+            bytes_t host(n, 0x3c);
+            try {
+              copy(host.data(), dev_buffer, n, s, o);
+              EXPECT_EQ(host, reached != 0 ? canary : source);
+            } catch (const std::bad_alloc&) {
+              ++reached;
+              EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](std::uint8_t b) { return b == 0x3c; }))
+                  << "a failed download wrote part of its destination";
+            }
+            s.synchronize();
+            device->deallocate(dev_buffer, n, s);
+          }  // the cache gives its blocks back
+          EXPECT_EQ(staging_upstream.tracking.live_count(), 0U) << staging_upstream.tracking.leak_report();
+          return reached;
+        },
+        !fallback);
   }
 }
 

@@ -1,5 +1,5 @@
 // The caching allocator's growable range (expandable segments), on an emulated device.
-#include "common/mr/caching/growable_range.hpp"
+#include "mr/caching/growable_range.hpp"
 
 #include <gtest/gtest.h>
 

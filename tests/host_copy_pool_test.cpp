@@ -3,7 +3,7 @@
 // counts, staged jobs through a ring of buffers in both directions, gates
 // that hold the threads back until an event completes, and jobs stopped
 // before they finish.
-#include "common/host_copy_pool.hpp"
+#include "transfer/host_copy_pool.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -55,8 +55,9 @@ std::vector<job::chunk> random_chunks(std::size_t bytes, std::size_t most) {
 TEST(HostCopyPool, CopiesEveryByteAtManySizesOffsetsAndThreadCounts) {
   auto& pool = host_copy_pool::instance();
   std::uniform_int_distribution<std::size_t> offset{0, 63};
-  for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, 2 * host_copy_pool::min_piece - 1,
-                                 2 * host_copy_pool::min_piece + 17, std::size_t{3} * MiB + 5, std::size_t{9} * MiB + 4097}) {
+  for (const std::size_t size :
+       {std::size_t{0}, std::size_t{1}, std::size_t{4095}, 2 * host_copy_pool::min_piece - 1,
+        2 * host_copy_pool::min_piece + 17, std::size_t{3} * MiB + 5, std::size_t{9} * MiB + 4097}) {
     for (const int threads : {1, 2, 3, 8, 17}) {
       const std::size_t in = offset(rng());
       const std::size_t out = offset(rng());
@@ -321,8 +322,12 @@ TYPED_TEST(HostCopyPoolGate, FromStagingWaitsForTheGate) {
   b.land();
   event gate{this->dev()};
   gate.record(s);
-  job j{host_copy_pool::instance(), job::direction::from_staging, reinterpret_cast<std::byte*>(dst.data()), nullptr,
-        {{0, bytes}}, 8};
+  job j{host_copy_pool::instance(),
+        job::direction::from_staging,
+        reinterpret_cast<std::byte*>(dst.data()),
+        nullptr,
+        {{0, bytes}},
+        8};
   j.open(0, b.staging, &gate);
   j.finish(0);
   EXPECT_TRUE(gate.ready());
@@ -345,8 +350,12 @@ TEST(HostCopyPoolJob, StoppedJobTouchesNothingAfterItsEnd) {
   event gate{d};
   gate.record(s);
   {
-    job j{host_copy_pool::instance(), job::direction::host_to_host, dst.data(), src.data(),
-          {{0, MiB}, {MiB, MiB}, {2 * MiB, 2 * MiB}}, 8};
+    job j{host_copy_pool::instance(),
+          job::direction::host_to_host,
+          dst.data(),
+          src.data(),
+          {{0, MiB}, {MiB, MiB}, {2 * MiB, 2 * MiB}},
+          8};
     j.open(0, nullptr, nullptr);
     j.open(1, nullptr, &gate);
     j.open(2, nullptr, nullptr);
@@ -476,8 +485,8 @@ TEST(HostCopyPool, DemoteChangesNoByte) {
   const auto block = random_block(MiB + 200);
   auto copy = block;
   std::uniform_int_distribution<std::size_t> offset{0, 127};
-  for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{65},
-                                 std::size_t{4097}, MiB}) {
+  for (const std::size_t size :
+       {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{4097}, MiB}) {
     host_copy_pool::demote(copy.data() + offset(rng()), size);
     ASSERT_EQ(copy, block) << size << " bytes";
   }

@@ -1,5 +1,5 @@
 // Allocation labels as the caching allocator keeps them: interned texts.
-#include "common/mr/caching/labels.hpp"
+#include "mr/caching/labels.hpp"
 
 #include <gtest/gtest.h>
 

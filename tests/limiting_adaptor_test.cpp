@@ -21,8 +21,8 @@ struct limited : adapted_source<Kind, Index> {
     return std::make_unique<mr::limiting_adaptor>(adapted_source<Kind, Index>::upstream(), std::size_t{256} << 20);
   }
 };
-using kinds = ::testing::Types<limited<device_kind::emulated>, limited<device_kind::emulated, 2>,
-                               limited<device_kind::cuda>>;
+using kinds =
+    ::testing::Types<limited<device_kind::emulated>, limited<device_kind::emulated, 2>, limited<device_kind::cuda>>;
 INSTANTIATE_TYPED_TEST_SUITE_P(limiting_adaptor, resource_conformance, kinds);
 
 namespace {

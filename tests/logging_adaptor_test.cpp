@@ -23,8 +23,8 @@ struct logged : adapted_source<Kind, Index> {
     return std::make_unique<mr::logging_adaptor>(adapted_source<Kind, Index>::upstream(), std::string{"/dev/null"});
   }
 };
-using kinds = ::testing::Types<logged<device_kind::emulated>, logged<device_kind::emulated, 2>,
-                               logged<device_kind::cuda>>;
+using kinds =
+    ::testing::Types<logged<device_kind::emulated>, logged<device_kind::emulated, 2>, logged<device_kind::cuda>>;
 INSTANTIATE_TYPED_TEST_SUITE_P(logging_adaptor, resource_conformance, kinds);
 
 namespace {
@@ -72,11 +72,14 @@ TEST(LoggingAdaptor, WritesOneLinePerCall) {
   EXPECT_EQ(events[4].pointer, events[1].pointer);
   for (std::size_t i = 1; i < events.size(); ++i) EXPECT_GE(events[i].time_ns, events[i - 1].time_ns);
   EXPECT_EQ(events[0].thread, events[4].thread);
-  for (const auto& e : events) EXPECT_EQ(mr::logging_adaptor::format_event(e).find('\n') == std::string::npos, e.label.find('\n') == std::string::npos);
+  for (const auto& e : events)
+    EXPECT_EQ(mr::logging_adaptor::format_event(e).find('\n') == std::string::npos,
+              e.label.find('\n') == std::string::npos);
 }
 
 TEST(LoggingAdaptor, WritesAFileThatReadsBack) {
-  const auto path = (std::filesystem::temp_directory_path() / ("syncmem_trace_" + std::to_string(fresh_seed()) + ".csv")).string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / ("syncmem_trace_" + std::to_string(fresh_seed()) + ".csv")).string();
   mr::emulated_resource source{device_id::emulated(1)};
   {
     mr::logging_adaptor logging{source, path};
@@ -104,7 +107,8 @@ TEST(LoggingAdaptor, WritesAFileThatReadsBack) {
 }
 
 TEST(LoggingAdaptor, RejectsMalformedTracesNamingTheLine) {
-  const std::string head = std::string{mr::logging_adaptor::format_line} + "\n" + mr::logging_adaptor::header_line + "\n";
+  const std::string head =
+      std::string{mr::logging_adaptor::format_line} + "\n" + mr::logging_adaptor::header_line + "\n";
   const std::pair<std::string, std::string> cases[] = {
       {"nonsense\n", "line 1"},
       {std::string{mr::logging_adaptor::format_line} + "\nthread,size\n", "line 2"},

@@ -99,16 +99,36 @@ std::vector<std::byte> fixture_bytes(dtype type, std::int64_t count) {
   std::vector<std::byte> out;
   for (std::int64_t i = 0; i < count; ++i) {
     switch (type) {
-      case dtype::bool_: append(out, static_cast<std::uint8_t>(i % 3 == 0 ? 1 : 0)); break;
-      case dtype::int8: append(out, static_cast<std::int8_t>(i * 5 - 60)); break;
-      case dtype::uint8: append(out, static_cast<std::uint8_t>(i * 10 + 3)); break;
-      case dtype::int16: append(out, static_cast<std::int16_t>(i * 1000 - 12000)); break;
-      case dtype::int32: append(out, static_cast<std::int32_t>(i * 100000 - 1000000)); break;
-      case dtype::int64: append(out, static_cast<std::int64_t>(i * 10000000000LL - (std::int64_t{1} << 40))); break;
-      case dtype::float16: append(out, float16{static_cast<float>(i) * 0.25F - 2.0F}); break;
-      case dtype::bfloat16: append(out, bfloat16{static_cast<float>(i)}); break;
-      case dtype::float32: append(out, static_cast<float>(i) * 0.5F - 3.25F); break;
-      case dtype::float64: append(out, static_cast<double>(i) * 0.1 - 1.0); break;
+      case dtype::bool_:
+        append(out, static_cast<std::uint8_t>(i % 3 == 0 ? 1 : 0));
+        break;
+      case dtype::int8:
+        append(out, static_cast<std::int8_t>(i * 5 - 60));
+        break;
+      case dtype::uint8:
+        append(out, static_cast<std::uint8_t>(i * 10 + 3));
+        break;
+      case dtype::int16:
+        append(out, static_cast<std::int16_t>(i * 1000 - 12000));
+        break;
+      case dtype::int32:
+        append(out, static_cast<std::int32_t>(i * 100000 - 1000000));
+        break;
+      case dtype::int64:
+        append(out, static_cast<std::int64_t>(i * 10000000000LL - (std::int64_t{1} << 40)));
+        break;
+      case dtype::float16:
+        append(out, float16{static_cast<float>(i) * 0.25F - 2.0F});
+        break;
+      case dtype::bfloat16:
+        append(out, bfloat16{static_cast<float>(i)});
+        break;
+      case dtype::float32:
+        append(out, static_cast<float>(i) * 0.5F - 3.25F);
+        break;
+      case dtype::float64:
+        append(out, static_cast<double>(i) * 0.1 - 1.0);
+        break;
     }
   }
   return out;
@@ -275,7 +295,9 @@ TEST(NpyFiles, RefusesWhatNpyCannotHold) {
   tensor b{dtype::bfloat16, {3}, d};
   EXPECT_THAT(error_of([&] { (void)to_npy(b); }), HasSubstr(".npy has no bfloat16 type"));
   EXPECT_THAT(error_of([&] { (void)to_npy(tensor{}); }), HasSubstr("a tensor without storage"));
-  EXPECT_THAT(error_of([&] { (void)to_npy(tensor{dtype::int8, {2}, d}, {.version = 4}); }),
+  EXPECT_THAT(error_of([&] {
+                (void)to_npy(tensor{dtype::int8, {2}, d}, {.version = 4});
+              }),
               HasSubstr("npy_options::version is 4"));
   temp_dir dir;
   EXPECT_THAT(error_of([&] { save_npy(dir.path() / "b.npy", b); }), HasSubstr("save_npy"));
@@ -370,8 +392,7 @@ TEST(NpyParse, AcceptsWhatPythonWouldReadAsTheSameHeader) {
   const auto scalar = from_npy(make_npy("{'descr': '<f8', 'fortran_order': True, 'shape': ( ), }", 8), d);
   EXPECT_EQ(scalar.shape(), shape{});
   // '>' and '=' are fine for one-byte types.
-  EXPECT_EQ(from_npy(make_npy("{'descr': '>u1', 'fortran_order': False, 'shape': (4,)}", 4), d).dtype(),
-            dtype::uint8);
+  EXPECT_EQ(from_npy(make_npy("{'descr': '>u1', 'fortran_order': False, 'shape': (4,)}", 4), d).dtype(), dtype::uint8);
   // numpy reads any nonzero bool byte as true; a C++ bool must be 0 or 1.
   auto bools = make_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (4,)}", 4);
   bools[bools.size() - 4] = std::byte{0};
@@ -412,9 +433,15 @@ TEST(NpyParse, RandomCorruptionsLoadOrFailCleanly) {
     for (int e = 0; e < edits; ++e) {
       const auto at = rng() % bytes.size();
       switch (rng() % 3) {
-        case 0: bytes[at] = static_cast<std::byte>(rng()); break;
-        case 1: bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(at)); break;
-        default: bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::byte>(rng())); break;
+        case 0:
+          bytes[at] = static_cast<std::byte>(rng());
+          break;
+        case 1:
+          bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(at));
+          break;
+        default:
+          bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::byte>(rng()));
+          break;
       }
       if (bytes.empty()) bytes.push_back(std::byte{0});
     }
@@ -458,8 +485,8 @@ TEST(NpyNumpy, NumpyReadsWhatSyncmemWrote) {
   for (dtype type : numpy_dtypes()) {
     for (const auto& [name, s] : fixture_shapes()) {
       for (int version : {1, 2, 3}) {
-        save_npy(dir.path() / fmt::format("{}_{}_v{}.npy", to_string(type), name, version),
-                 fixture_tensor(type, s, d), {.version = version});
+        save_npy(dir.path() / fmt::format("{}_{}_v{}.npy", to_string(type), name, version), fixture_tensor(type, s, d),
+                 {.version = version});
         ++written;
       }
     }

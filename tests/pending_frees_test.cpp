@@ -1,6 +1,6 @@
 // record_stream's bookkeeping, on an emulated device: a block freed while
 // another stream may use it waits for that stream.
-#include "common/mr/caching/pending_frees.hpp"
+#include "mr/caching/pending_frees.hpp"
 
 #include <gtest/gtest.h>
 

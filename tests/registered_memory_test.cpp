@@ -9,8 +9,8 @@
 
 #include "syncmem/error.hpp"
 #include "syncmem/memory_kind.hpp"
-#include "syncmem/mr/pinned_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
+#include "syncmem/mr/pinned_resource.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
 
@@ -74,8 +74,11 @@ TYPED_TEST(RegisteredMemory, RefusesEmptyAndNullRanges) {
 TYPED_TEST(RegisteredMemory, RefusesRangesAlreadyPinnedOrRegistered) {
   std::vector<std::uint8_t> bytes(4 * 4096);
   mr::registered_memory first{bytes.data() + 4096, 4096, this->kind};
-  for (auto [offset, size] : {std::pair<std::size_t, std::size_t>{4096, 4096}, {4096 + 100, 10}, {0, 4097},
-                              {0, bytes.size()}, {2 * 4096 - 1, 4096}}) {
+  for (auto [offset, size] : {std::pair<std::size_t, std::size_t>{4096, 4096},
+                              {4096 + 100, 10},
+                              {0, 4097},
+                              {0, bytes.size()},
+                              {2 * 4096 - 1, 4096}}) {
     try {
       mr::registered_memory again{bytes.data() + offset, size, this->kind};
       FAIL() << "registered [" << offset << ", +" << size << ") twice";

@@ -1,5 +1,5 @@
 // What the caching allocator holds from the device, and its limit.
-#include "common/mr/caching/reservation.hpp"
+#include "mr/caching/reservation.hpp"
 
 #include <gtest/gtest.h>
 

@@ -81,10 +81,14 @@ TEST(Shape, ZeroExtentsGiveZeroCount) {
 }
 
 TEST(Shape, RefusesBadExtentsNamingThem) {
-  EXPECT_THAT(error_of([] { return shape{2, -3, 4}; }),
+  EXPECT_THAT(error_of([] {
+                return shape{2, -3, 4};
+              }),
               HasSubstr("shape (2, -3, 4): axis 1 has extent -3; extents must be >= 0"));
   const std::int64_t big = std::int64_t{1} << 32;
-  EXPECT_THAT(error_of([&] { return shape{big, big}; }),
+  EXPECT_THAT(error_of([&] {
+                return shape{big, big};
+              }),
               HasSubstr("the element count overflows a 64-bit integer (at axis 1)"));
   EXPECT_EQ((shape{big, big / 2 - 1}.count()), big * (big / 2 - 1));
   std::vector<std::int64_t> many(33, 1);

@@ -16,8 +16,8 @@ struct counted : adapted_source<Kind, Index> {
     return std::make_unique<mr::statistics_adaptor>(adapted_source<Kind, Index>::upstream());
   }
 };
-using kinds = ::testing::Types<counted<device_kind::emulated>, counted<device_kind::emulated, 2>,
-                               counted<device_kind::cuda>>;
+using kinds =
+    ::testing::Types<counted<device_kind::emulated>, counted<device_kind::emulated, 2>, counted<device_kind::cuda>>;
 INSTANTIATE_TYPED_TEST_SUITE_P(statistics_adaptor, resource_conformance, kinds);
 
 namespace {

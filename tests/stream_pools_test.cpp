@@ -1,6 +1,6 @@
 // The caching allocator's free blocks by stream: split, merge, retire. The
 // blocks here describe made-up addresses; no memory is touched.
-#include "common/mr/caching/stream_pools.hpp"
+#include "mr/caching/stream_pools.hpp"
 
 #include <gtest/gtest.h>
 

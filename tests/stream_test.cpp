@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -195,7 +195,8 @@ TYPED_TEST(Streams, ManyThreadsManyStreams) {
         const auto device = this->dev(t % this->count());
         stream s{device};
         int counter = 0;
-        for (int i = 0; i < 50; ++i) s.launch_host_func([&counter, i] {
+        for (int i = 0; i < 50; ++i)
+          s.launch_host_func([&counter, i] {
             if (counter != i) throw std::runtime_error{"out of order"};
             ++counter;
           });

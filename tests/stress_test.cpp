@@ -29,8 +29,8 @@
 #include "syncmem/copy.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
-#include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/mr/caching_pinned_resource.hpp"
+#include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/synced_memory.hpp"
 #include "test_support.hpp"
 
@@ -73,9 +73,15 @@ class worker {
     while (std::chrono::steady_clock::now() < deadline) {
       now_.steps.fetch_add(1, std::memory_order_relaxed);
       switch (random_() % 4) {
-        case 0: allocation_step(); break;
-        case 1: copy_step(); break;
-        default: synced_step(); break;
+        case 0:
+          allocation_step();
+          break;
+        case 1:
+          copy_step();
+          break;
+        default:
+          synced_step();
+          break;
       }
     }
     // Everything still held is checked once more and given back.
@@ -166,7 +172,8 @@ class worker {
 
   void check_synced(synced& s) {
     const auto* p = static_cast<const std::uint8_t*>(s.memory->host_data());
-    if (s.memory->size() != s.model.size() || (s.model.size() > 0 && std::memcmp(p, s.model.data(), s.model.size()) != 0)) {
+    if (s.memory->size() != s.model.size() ||
+        (s.model.size() > 0 && std::memcmp(p, s.model.data(), s.model.size()) != 0)) {
       fail("a synced_memory lost bytes");
     }
     counts_.bytes_checked += s.model.size();
@@ -185,9 +192,11 @@ class worker {
     auto& s = buffers_[random_() % buffers_.size()];
     const auto n = s.model.size();
     const auto op = random_() % 6;
-    static constexpr const char* steps[] = {"synced_memory: write host bytes", "synced_memory: add on the device",
+    static constexpr const char* steps[] = {"synced_memory: write host bytes",
+                                            "synced_memory: add on the device",
                                             "synced_memory: prefetch to the device",
-                                            "synced_memory: prefetch to the host", "synced_memory: resize",
+                                            "synced_memory: prefetch to the host",
+                                            "synced_memory: resize",
                                             "synced_memory: check"};
     at(steps[op], n);
     switch (op) {
@@ -205,15 +214,21 @@ class worker {
         for (auto& x : s.model) x = static_cast<std::uint8_t>(x + delta);
         break;
       }
-      case 2: s.memory->prefetch_to_device(pick_stream()); break;
-      case 3: s.memory->prefetch_to_host(pick_stream()); break;
+      case 2:
+        s.memory->prefetch_to_device(pick_stream());
+        break;
+      case 3:
+        s.memory->prefetch_to_host(pick_stream());
+        break;
       case 4: {
         const auto bigger = n + random_() % 5000;
         s.memory->resize(bigger);
         s.model.resize(bigger, 0);
         break;
       }
-      default: check_synced(s); break;
+      default:
+        check_synced(s);
+        break;
     }
     ++counts_.synced_ops;
   }
@@ -236,8 +251,8 @@ TYPED_TEST(Stress, ThreadsAndStreamsLoseNoByte) {
   test::scoped_emulated_delay delay{std::chrono::microseconds{10}};
   const int threads = this->is_cuda() ? 8 : 6;
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>(stress_seconds()));
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(stress_seconds()));
   tally counts;
   std::mutex failures_mutex;
   std::vector<std::string> failures;
@@ -281,11 +296,11 @@ TYPED_TEST(Stress, ThreadsAndStreamsLoseNoByte) {
   }
   for (auto& t : pool) t.join();
   EXPECT_TRUE(failures.empty()) << failures.front();
-  std::printf("stress on %s devices: %llu allocations, %llu copies, %llu synced_memory operations, %llu bytes checked\n",
-              this->is_cuda() ? "CUDA" : "emulated", static_cast<unsigned long long>(counts.allocations.load()),
-              static_cast<unsigned long long>(counts.copies.load()),
-              static_cast<unsigned long long>(counts.synced_ops.load()),
-              static_cast<unsigned long long>(counts.bytes_checked.load()));
+  std::printf(
+      "stress on %s devices: %llu allocations, %llu copies, %llu synced_memory operations, %llu bytes checked\n",
+      this->is_cuda() ? "CUDA" : "emulated", static_cast<unsigned long long>(counts.allocations.load()),
+      static_cast<unsigned long long>(counts.copies.load()), static_cast<unsigned long long>(counts.synced_ops.load()),
+      static_cast<unsigned long long>(counts.bytes_checked.load()));
   EXPECT_GT(counts.allocations.load() + counts.copies.load() + counts.synced_ops.load(), 0U);
 }
 

@@ -19,8 +19,8 @@
 #include <sstream>
 #include <vector>
 
-#include "common/backend.hpp"
-#include "common/deferred_release.hpp"
+#include "backend/backend.hpp"
+#include "core/deferred_release.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -105,7 +105,7 @@ struct model {
             device_bytes = capacity;
           }
         }
-        bytes.resize(n, 0);  // the tail reads as zeros (zero_fill)
+        bytes.resize(n, 0);                             // the tail reads as zeros (zero_fill)
         if (n == 0) state = sync_state::uninitialized;  // an empty buffer holds no contents
       }
       return true;
@@ -243,10 +243,14 @@ void run_sequence(device_id device, std::mt19937_64& random, std::ostringstream&
   };
   auto size_of = [&]() -> std::size_t {
     switch (random() % 4) {
-      case 0: return random() % 16;
-      case 1: return random() % 1000;
-      case 2: return random() % 20000;
-      default: return random() % 200000;
+      case 0:
+        return random() % 16;
+      case 1:
+        return random() % 1000;
+      case 2:
+        return random() % 20000;
+      default:
+        return random() % 200000;
     }
   };
 

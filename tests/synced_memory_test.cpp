@@ -14,16 +14,17 @@
 #include <thread>
 #include <vector>
 
-#include "common/backend.hpp"
-#include "common/deferred_release.hpp"
+#include "backend/backend.hpp"
+#include "core/deferred_release.hpp"
 #include "device_ops.hpp"
-#include "common/mr/default_host_resource.hpp"
+#include "mr/default_host_resource.hpp"
 #include "pattern.hpp"
 #include "poisoning_resource.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
+#include "syncmem/mr/statistics_adaptor.hpp"
 #include "test_support.hpp"
 
 using ::testing::HasSubstr;
@@ -88,25 +89,6 @@ class lent_device_memory {
   std::size_t bytes_;
   void* p_ = nullptr;
   std::shared_ptr<std::atomic<bool>> released_ = std::make_shared<std::atomic<bool>>(false);
-};
-
-// A host resource that counts what it has handed out and not yet taken back.
-class counting_resource final : public mr::memory_resource {
- public:
-  counting_resource() : memory_resource{memory_kind::pageable_host, std::nullopt, 4096} {}
-  std::string name() const override { return "counting_resource"; }
-  std::atomic<int> live{0};
-
- private:
-  void* do_allocate(std::size_t bytes, stream_view s, std::size_t a) override {
-    ++live;
-    return upstream_.allocate(bytes, s, a);
-  }
-  void do_deallocate(void* p, std::size_t bytes, stream_view s, std::size_t a) noexcept override {
-    --live;
-    upstream_.deallocate(p, bytes, s, a);
-  }
-  mr::pageable_resource upstream_;
 };
 
 template <class Kind>
@@ -245,7 +227,7 @@ TYPED_TEST(SyncedMemory, ADeviceAccessIsSyncedInStreamOrderAtOnce) {
   test::stream_latch hold{s};
   const void* d = m.device_data(s);
   EXPECT_EQ(m.state(), sync_state::synced);
-  EXPECT_FALSE(m.ready());  // the upload is held back
+  EXPECT_FALSE(m.ready());                                              // the upload is held back
   while_held(hold, [&] { std::memset(m.mutable_host_data(), 0, n); });  // waits for the upload
   EXPECT_EQ(read_device(s, d, n), pattern(seed, n));
 }
@@ -542,26 +524,27 @@ TYPED_TEST(SyncedMemory, GrowingPastBorrowedMemoryThrowsOrMovesWithoutLeaking) {
   detail::drain_deferred_releases();  // let go in stream order, after the work queued on it
   EXPECT_EQ(released.load(), 1);
 
-  counting_resource host;
+  mr::pageable_resource pageable;
+  mr::statistics_adaptor host{pageable};  // counts what the buffer holds of it
   {
     auto* raw = new std::vector<std::uint8_t>(pattern(seed, n));
     std::shared_ptr<void> keep{raw, [&released](void* p) {
                                  delete static_cast<std::vector<std::uint8_t>*>(p);
                                  ++released;
                                }};
-    synced_memory owned{0, this->dev(),
-                        {.label = "owned", .on_borrowed_growth = borrow_policy::move_to_owned, .host_resource = &host}};
+    synced_memory owned{
+        0, this->dev(), {.label = "owned", .on_borrowed_growth = borrow_policy::move_to_owned, .host_resource = &host}};
     owned.borrow_host(raw->data(), n, std::move(keep));
     owned.resize(n * 4);
     detail::drain_deferred_releases();
     EXPECT_EQ(released.load(), 2);  // MixMemory leaked here; we let go of the borrowed memory
     EXPECT_FALSE(owned.host_borrowed());
-    EXPECT_EQ(host.live.load(), 1);
+    EXPECT_EQ(host.statistics().allocations.current, 1);
     auto expected = pattern(seed, n);
     expected.resize(n * 4, 0);
     EXPECT_EQ(host_bytes(owned), expected);
   }
-  EXPECT_EQ(host.live.load(), 0);
+  EXPECT_EQ(host.statistics().allocations.current, 0);
 }
 
 TYPED_TEST(SyncedMemory, BorrowedDeviceMemoryMustBelongToTheBuffersDevice) {
@@ -647,11 +630,11 @@ TYPED_TEST(SyncedMemory, AccessAfterMoveIsAClearError) {
   } catch (const logic_error& e) {
     EXPECT_THAT(e.what(), HasSubstr("moved-from synced_memory 'moved'"));
   }
-  EXPECT_THROW((void)a.device_data(), logic_error);            // NOLINT(bugprone-use-after-move)
-  EXPECT_THROW((void)a.mutable_device_data(), logic_error);    // NOLINT(bugprone-use-after-move)
-  EXPECT_THROW(a.resize(10), logic_error);                     // NOLINT(bugprone-use-after-move)
-  EXPECT_THROW((void)a.clone(), logic_error);                  // NOLINT(bugprone-use-after-move)
-  a = std::move(b);  // a moved-from buffer can be assigned to again
+  EXPECT_THROW((void)a.device_data(), logic_error);          // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW((void)a.mutable_device_data(), logic_error);  // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(a.resize(10), logic_error);                   // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW((void)a.clone(), logic_error);                // NOLINT(bugprone-use-after-move)
+  a = std::move(b);                                          // a moved-from buffer can be assigned to again
   EXPECT_EQ(a.size(), 128U);
 }
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -116,8 +116,7 @@ TYPED_TEST(Tensor, ConstructionIsLazyAndDescribesItself) {
   EXPECT_EQ(t.state(), sync_state::uninitialized);
   EXPECT_FALSE(t.storage()->has_host_memory());
   EXPECT_FALSE(t.storage()->has_device_memory());
-  EXPECT_EQ(t.to_string(),
-            "tensor 'activations' float32 (2, 3, 4) on " + to_string(this->dev()) + ", uninitialized");
+  EXPECT_EQ(t.to_string(), "tensor 'activations' float32 (2, 3, 4) on " + to_string(this->dev()) + ", uninitialized");
   EXPECT_EQ(host_bytes(t), std::vector<std::uint8_t>(96, 0));  // zero-filled on first use
   EXPECT_EQ(t.state(), sync_state::at_host);
 }
@@ -135,8 +134,8 @@ TYPED_TEST(Tensor, DefaultTensorHasNoStorageUntilReshaped) {
   EXPECT_EQ(t.to_string(), "tensor float32 () without storage");
   EXPECT_THAT(error_of([&] { (void)t.device(); }), HasSubstr("a tensor without storage has no device"));
   EXPECT_THAT(error_of([&] { (void)t.view(shape{1}); }), HasSubstr("without storage"));
-  t.zero();           // nothing to do
-  t.fill(1.0F);       // nothing to do
+  t.zero();      // nothing to do
+  t.fill(1.0F);  // nothing to do
   EXPECT_EQ(t.clone().has_storage(), false);
 
   tensor d{dtype::int16};
@@ -157,11 +156,17 @@ TYPED_TEST(Tensor, WrapsAnExistingStorage) {
   EXPECT_EQ(a.storage_offset(), 16U);
   EXPECT_EQ(a.capacity(), 12);  // (64 - 16) / 4
   EXPECT_EQ(a.label(), "arena");
-  EXPECT_THAT(error_of([&] { tensor bad{dtype::int32, {4}, storage, 2}; }),
+  EXPECT_THAT(error_of([&] {
+                tensor bad{dtype::int32, {4}, storage, 2};
+              }),
               HasSubstr("storage offset 2 is not a multiple of the element size 4"));
-  EXPECT_THAT(error_of([&] { tensor bad{dtype::int32, {13}, storage, 16}; }),
+  EXPECT_THAT(error_of([&] {
+                tensor bad{dtype::int32, {13}, storage, 16};
+              }),
               HasSubstr("bytes [16, 68) do not fit in storage 'arena' of 64 bytes"));
-  EXPECT_THAT(error_of([&] { tensor bad{dtype::int32, {1}, std::shared_ptr<synced_memory>{}}; }),
+  EXPECT_THAT(error_of([&] {
+                tensor bad{dtype::int32, {1}, std::shared_ptr<synced_memory>{}};
+              }),
               HasSubstr("the storage is null"));
 }
 
@@ -243,7 +248,9 @@ TYPED_TEST(Tensor, SlicesAndViewsShareStorage) {
   EXPECT_EQ(t.state(), state_before);
   EXPECT_EQ(s.slice(1, 2).storage_offset(), 48U);  // a slice of a slice
 
-  EXPECT_THAT(error_of([&] { (void)t.view({5, 5}); }),
+  EXPECT_THAT(error_of([&] {
+                (void)t.view({5, 5});
+              }),
               HasSubstr("view(5, 5) has 25 elements; a view must keep the count of 24"));
   EXPECT_THAT(error_of([&] { (void)t.slice(4, 7); }),
               HasSubstr("slice(4, 7) is out of range: it needs 0 <= begin <= end <= 6"));
@@ -361,7 +368,9 @@ TYPED_TEST(Tensor, ReshapeRefusesWhatCannotBeHeldAndChangesNothing) {
   EXPECT_THAT(e, HasSubstr("4611686018427387904 elements of 4 bytes exceed the largest buffer"));
   EXPECT_EQ(t.shape(), shape{3});
   EXPECT_EQ(t.host_data<float>()[2], 2.5F);
-  EXPECT_THAT(error_of([&] { tensor huge{dtype::float64, {std::int64_t{1} << 60}, this->dev()}; }),
+  EXPECT_THAT(error_of([&] {
+                tensor huge{dtype::float64, {std::int64_t{1} << 60}, this->dev()};
+              }),
               HasSubstr("exceed the largest buffer"));
 }
 
@@ -488,7 +497,9 @@ TYPED_TEST(Tensor, CopyFromRefusesMismatchesAndChangesNothing) {
               HasSubstr("copy_from a view that overlaps it (bytes [16, 48) into [0, 32) of one storage)"));
   if (this->count() >= 2) {
     stream elsewhere{this->dev(1)};
-    EXPECT_THAT(error_of([&] { dst.copy_from(other_shape.view({4, 4}), elsewhere); }),
+    EXPECT_THAT(error_of([&] {
+                  dst.copy_from(other_shape.view({4, 4}), elsewhere);
+                }),
                 HasSubstr("copy_from was given a stream of " + to_string(this->dev(1))));
   }
   EXPECT_EQ(host_bytes(dst), before);
@@ -580,8 +591,7 @@ TYPED_TEST(Tensor, FillConvertsTheValueToTheDtype) {
   expect_all(d, 18446744073709551615.0);
 
   tensor u{dtype::uint8, {n}, this->dev(), {.label = "bytes"}};
-  EXPECT_THAT(error_of([&] { u.fill(-1); }),
-              HasSubstr("tensor 'bytes' uint8 (" + std::to_string(n) + ")"));
+  EXPECT_THAT(error_of([&] { u.fill(-1); }), HasSubstr("tensor 'bytes' uint8 (" + std::to_string(n) + ")"));
   EXPECT_THAT(error_of([&] { u.fill(-1); }),
               HasSubstr("fill(-1) cannot be represented in uint8: it lies outside [0, 255]"));
   EXPECT_THAT(error_of([&] { u.fill(256, s); }), HasSubstr("fill(256) cannot be represented in uint8"));
@@ -635,7 +645,9 @@ TYPED_TEST(Tensor, SpansAndElementsOnTheHostAndTheDevice) {
   EXPECT_THAT(error_of([&] { (void)t.at<std::int32_t>({0}); }),
               HasSubstr("at() was given 1 indices; the tensor has 2 axes"));
   const std::string c = std::to_string(cols);
-  EXPECT_THAT(error_of([&] { (void)t.at<std::int32_t>({0, cols}); }),
+  EXPECT_THAT(error_of([&] {
+                (void)t.at<std::int32_t>({0, cols});
+              }),
               HasSubstr("at(): index " + c + " of axis 1 is out of range [0, " + c + ")"));
   EXPECT_THAT(error_of([&] { (void)t.mutable_at<std::int32_t>({-1, 0}); }), HasSubstr("index -1 of axis 0"));
   EXPECT_THAT(error_of([&] { (void)t.host_span<float>(); }), HasSubstr("host_data<float32>()"));
@@ -646,10 +658,10 @@ TYPED_TEST(Tensor, AStreamOfAnotherDeviceIsRefusedNamingTheTensor) {
   SYNCMEM_REQUIRE_COUNT(2);
   tensor t{dtype::float32, {16}, this->dev(0), {.label = "activations"}};
   stream other{this->dev(1)};
-  for (const std::string& message : {error_of([&] { (void)t.device_data(other); }),
-                                     error_of([&] { (void)t.mutable_device_span<float>(other); }),
-                                     error_of([&] { t.fill(1.0F, other); }), error_of([&] { t.zero(other); }),
-                                     error_of([&] { t.prefetch_to_device(other); })}) {
+  for (const std::string& message :
+       {error_of([&] { (void)t.device_data(other); }), error_of([&] { (void)t.mutable_device_span<float>(other); }),
+        error_of([&] { t.fill(1.0F, other); }), error_of([&] { t.zero(other); }),
+        error_of([&] { t.prefetch_to_device(other); })}) {
     EXPECT_THAT(message, HasSubstr("tensor 'activations' float32 (16) on " + to_string(this->dev(0))));
     EXPECT_THAT(message, HasSubstr("was given a stream of " + to_string(this->dev(1))));
   }

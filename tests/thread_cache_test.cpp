@@ -1,6 +1,6 @@
 // One thread's cache of a caching allocator: the fast path's own operations.
 // The blocks describe made-up addresses; no memory is touched.
-#include "common/mr/caching/thread_cache.hpp"
+#include "mr/caching/thread_cache.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // ctest-labels: threaded
 // The per-thread caches of a caching allocator: one per thread, found again
 // at once, emptied on demand, handed back when their thread exits.
-#include "common/mr/caching/thread_caches.hpp"
+#include "mr/caching/thread_caches.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <memory>
 #include <thread>
 
-#include "common/mr/caching/caching_state.hpp"
+#include "mr/caching/caching_state.hpp"
 
 namespace syncmem::mr::detail::caching {
 namespace {

@@ -20,8 +20,8 @@ struct tracked : adapted_source<Kind, Index> {
     return std::make_unique<mr::tracking_adaptor>(adapted_source<Kind, Index>::upstream());
   }
 };
-using kinds = ::testing::Types<tracked<device_kind::emulated>, tracked<device_kind::emulated, 1>,
-                               tracked<device_kind::cuda>>;
+using kinds =
+    ::testing::Types<tracked<device_kind::emulated>, tracked<device_kind::emulated, 1>, tracked<device_kind::cuda>>;
 INSTANTIATE_TYPED_TEST_SUITE_P(tracking_adaptor, resource_conformance, kinds);
 
 namespace {

@@ -84,7 +84,7 @@ void reset_peaks(int device) noexcept {
 bool peaks(int device, std::size_t* reserved, std::size_t* allocated) noexcept {
   try {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-    *reserved = static_cast<std::size_t>(stats.reserved_bytes[0].peak);    // [0]: StatType::AGGREGATE
+    *reserved = static_cast<std::size_t>(stats.reserved_bytes[0].peak);  // [0]: StatType::AGGREGATE
     *allocated = static_cast<std::size_t>(stats.allocated_bytes[0].peak);
     return true;
   } catch (...) {

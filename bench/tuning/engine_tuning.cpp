@@ -18,11 +18,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/host_copy_pool.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/mr/pinned_resource.hpp"
+#include "transfer/host_copy_pool.hpp"
 
 namespace {
 
@@ -146,8 +146,7 @@ int main(int argc, char** argv) {
                 host_ceiling(pinned, pageable.data(), bytes, t, false),
                 host_ceiling(pinned, pageable.data(), bytes, t, true));
   }
-  std::printf("host copy pool, %zu KiB, median of 200 (out: from pinned memory a DMA just wrote; in: into it):\n",
-              kib);
+  std::printf("host copy pool, %zu KiB, median of 200 (out: from pinned memory a DMA just wrote; in: into it):\n", kib);
   for (int t : {1, 2, 4, 8, 12, 16}) {
     const double out = pool_microseconds(back.data(), pinned, dev, bytes, t, true, s);
     const double in = pool_microseconds(pageable.data(), pinned, dev, bytes, t, false, s);
@@ -157,8 +156,9 @@ int main(int argc, char** argv) {
   syncmem::copy(dev, pinned, bytes, s);
   auto pinned_start = clock_type::now();
   syncmem::copy(dev, pinned, bytes, s);
-  std::printf("pinned h2d: %.1f GB/s\n",
-              static_cast<double>(bytes) / std::chrono::duration<double>(clock_type::now() - pinned_start).count() / 1e9);
+  std::printf(
+      "pinned h2d: %.1f GB/s\n",
+      static_cast<double>(bytes) / std::chrono::duration<double>(clock_type::now() - pinned_start).count() / 1e9);
 
   std::printf("engine, pageable, %zu KiB:\n", kib);
   for (int t : threads) {

@@ -25,9 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/backend.hpp"
-#include "common/copy_internal.hpp"
-#include "common/host_copy_pool.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -35,6 +33,8 @@
 #include "syncmem/mr/caching_pinned_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/stream.hpp"
+#include "transfer/copy_internal.hpp"
+#include "transfer/host_copy_pool.hpp"
 
 namespace {
 
@@ -100,10 +100,11 @@ int main(int argc, char** argv) {
     return *e;
   };
 
-  std::printf("%s: %s of %zu KiB in %zu chunks (largest %zu KiB), %zu buffers, %d threads%s, %lld us between "
-              "rounds\n",
-              to_string(device).c_str(), up ? "upload" : "download", bytes >> 10, chunks.size(), largest >> 10, count,
-              threads, demoting ? ", demoting" : "", static_cast<long long>(pause.count()));
+  std::printf(
+      "%s: %s of %zu KiB in %zu chunks (largest %zu KiB), %zu buffers, %d threads%s, %lld us between "
+      "rounds\n",
+      to_string(device).c_str(), up ? "upload" : "download", bytes >> 10, chunks.size(), largest >> 10, count, threads,
+      demoting ? ", demoting" : "", static_cast<long long>(pause.count()));
   std::vector<round_record> records;
   const int warm = 2;  // threads, staging, pages
   for (int round = 0; round < warm + rounds; ++round) {
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
     {
       host_copy_pool::instance().wake(threads);
       const auto dir = up ? host_copy_pool::job::direction::to_staging : host_copy_pool::job::direction::from_staging;
-      host_copy_pool::job job{host_copy_pool::instance(), dir, up ? nullptr : pageable.data(),
+      host_copy_pool::job job{host_copy_pool::instance(),     dir,    up ? nullptr : pageable.data(),
                               up ? pageable.data() : nullptr, chunks, threads};
       if (!up && !demoting) job.keep_staging_lines();
       const auto timed_dma = [&](std::size_t i) {
@@ -140,8 +141,7 @@ int main(int argc, char** argv) {
       }
       for (std::size_t i = 0; i < chunks.size(); ++i) {
         if (!up) {  // the caller polls the chunk's event (the pool threads may be copying it already)
-          while (!ring_event(i).ready()) {
-          }
+          while (!ring_event(i).ready()) {}
           r.landed[i] = microseconds_since(t0);
         }
         job.finish(i);
@@ -180,8 +180,9 @@ int main(int argc, char** argv) {
   for (std::size_t n = 0; n < records.size(); ++n) {
     const auto& r = records[n];
     const auto rate = [&](double us) { return static_cast<double>(bytes) / us / 1e3; };
-    std::printf("round %zu: %.0f us, %.1f GB/s; the engine's copy_async: %.0f us, %.1f GB/s, again %.0f us, %.1f GB/s\n",
-                n, r.total, rate(r.total), r.engine, rate(r.engine), r.again, rate(r.again));
+    std::printf(
+        "round %zu: %.0f us, %.1f GB/s; the engine's copy_async: %.0f us, %.1f GB/s, again %.0f us, %.1f GB/s\n", n,
+        r.total, rate(r.total), r.engine, rate(r.engine), r.again, rate(r.again));
     double busy = 0;
     double idle = 0;
     double previous_end = 0;
@@ -193,10 +194,11 @@ int main(int argc, char** argv) {
       if (chunks.size() <= 12 || i < 6 || i + 3 >= chunks.size() || i % 4 == 0) {
         char landed[48] = "";
         if (!up) std::snprintf(landed, sizeof landed, "landed seen %8.1f us, ", r.landed[i]);
-        std::printf("  chunk %3zu %6zu KiB: %shost copy done %8.1f us; DMA %8.1f .. %8.1f us, %5.1f GB/s, idle before "
-                    "%6.1f us\n",
-                    i, chunks[i].bytes >> 10, landed, r.host_done[i], start, end,
-                    static_cast<double>(chunks[i].bytes) / (end - start) / 1e3, start - previous_end);
+        std::printf(
+            "  chunk %3zu %6zu KiB: %shost copy done %8.1f us; DMA %8.1f .. %8.1f us, %5.1f GB/s, idle before "
+            "%6.1f us\n",
+            i, chunks[i].bytes >> 10, landed, r.host_done[i], start, end,
+            static_cast<double>(chunks[i].bytes) / (end - start) / 1e3, start - previous_end);
       }
       previous_end = end;
     }

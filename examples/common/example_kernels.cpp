@@ -5,8 +5,7 @@
 
 namespace examples {
 
-void transform(syncmem::stream_view s, const float* x, float* y, std::size_t n, float scale, float offset,
-               int rounds) {
+void transform(syncmem::stream_view s, const float* x, float* y, std::size_t n, float scale, float offset, int rounds) {
   if (s.device().kind() == syncmem::device_kind::cuda) return cuda::transform(s, x, y, n, scale, offset, rounds);
   s.launch_host_func([=] {
     for (std::size_t i = 0; i < n; ++i) y[i] = math::transform(x[i], scale, offset, rounds);

@@ -13,8 +13,7 @@ namespace examples {
 
 // y[i] = x[i] * scale + offset, then `rounds` rounds of a cheap nonlinearity,
 // so that a batch can be made to take about as long as its copies.
-void transform(syncmem::stream_view s, const float* x, float* y, std::size_t n, float scale, float offset,
-               int rounds);
+void transform(syncmem::stream_view s, const float* x, float* y, std::size_t n, float scale, float offset, int rounds);
 // The same computation on the host, for checking.
 float transform_one(float x, float scale, float offset, int rounds);
 
@@ -29,8 +28,7 @@ void relu_backward(syncmem::stream_view s, const float* top_diff, const float* b
 
 // The CUDA halves (example_kernels.cu); absent without CUDA.
 namespace cuda {
-void transform(syncmem::stream_view s, const float* x, float* y, std::size_t n, float scale, float offset,
-               int rounds);
+void transform(syncmem::stream_view s, const float* x, float* y, std::size_t n, float scale, float offset, int rounds);
 void leaky_activate(syncmem::stream_view s, float* x, std::size_t n);
 void relu_forward(syncmem::stream_view s, const float* bottom, float* top, std::size_t n, float negative_slope);
 void relu_backward(syncmem::stream_view s, const float* top_diff, const float* bottom, float* bottom_diff,

@@ -146,29 +146,53 @@ class blob {
 
   // ---- access (Caffe's cpu_data / gpu_data ...) ------------------------------------------
   template <element_type T>
-  [[nodiscard]] const T* host_data() const { return data_.host_data<T>(); }
+  [[nodiscard]] const T* host_data() const {
+    return data_.host_data<T>();
+  }
   template <element_type T>
-  [[nodiscard]] T* mutable_host_data() { return data_.mutable_host_data<T>(); }
+  [[nodiscard]] T* mutable_host_data() {
+    return data_.mutable_host_data<T>();
+  }
   template <element_type T>
-  [[nodiscard]] const T* device_data(stream_view s) const { return data_.device_data<T>(s); }
+  [[nodiscard]] const T* device_data(stream_view s) const {
+    return data_.device_data<T>(s);
+  }
   template <element_type T>
-  [[nodiscard]] const T* device_data() const { return data_.device_data<T>(); }
+  [[nodiscard]] const T* device_data() const {
+    return data_.device_data<T>();
+  }
   template <element_type T>
-  [[nodiscard]] T* mutable_device_data(stream_view s) { return data_.mutable_device_data<T>(s); }
+  [[nodiscard]] T* mutable_device_data(stream_view s) {
+    return data_.mutable_device_data<T>(s);
+  }
   template <element_type T>
-  [[nodiscard]] T* mutable_device_data() { return data_.mutable_device_data<T>(); }
+  [[nodiscard]] T* mutable_device_data() {
+    return data_.mutable_device_data<T>();
+  }
   template <element_type T>
-  [[nodiscard]] const T* host_diff() const { return diff_.host_data<T>(); }
+  [[nodiscard]] const T* host_diff() const {
+    return diff_.host_data<T>();
+  }
   template <element_type T>
-  [[nodiscard]] T* mutable_host_diff() { return diff_.mutable_host_data<T>(); }
+  [[nodiscard]] T* mutable_host_diff() {
+    return diff_.mutable_host_data<T>();
+  }
   template <element_type T>
-  [[nodiscard]] const T* device_diff(stream_view s) const { return diff_.device_data<T>(s); }
+  [[nodiscard]] const T* device_diff(stream_view s) const {
+    return diff_.device_data<T>(s);
+  }
   template <element_type T>
-  [[nodiscard]] const T* device_diff() const { return diff_.device_data<T>(); }
+  [[nodiscard]] const T* device_diff() const {
+    return diff_.device_data<T>();
+  }
   template <element_type T>
-  [[nodiscard]] T* mutable_device_diff(stream_view s) { return diff_.mutable_device_data<T>(s); }
+  [[nodiscard]] T* mutable_device_diff(stream_view s) {
+    return diff_.mutable_device_data<T>(s);
+  }
   template <element_type T>
-  [[nodiscard]] T* mutable_device_diff() { return diff_.mutable_device_data<T>(); }
+  [[nodiscard]] T* mutable_device_diff() {
+    return diff_.mutable_device_data<T>();
+  }
 
   // ---- sharing and copying ---------------------------------------------------------------
   /// @brief Makes the data tensor a view of `other`'s data storage (Caffe's

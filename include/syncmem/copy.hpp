@@ -48,13 +48,12 @@
 /// | path             | source (host writes)   | destination complete          |
 /// |------------------|------------------------|-------------------------------|
 /// | host_memcpy      | at return              | at return (ready at once)     |
-/// | dma, pinned side | when ready             | device: for `stream` at once, elsewhere when ready; pinned: when ready |
-/// | dma, pageable source ≤ threshold | when ready | device: for `stream` at once, elsewhere when ready |
-/// | dma, pageable destination ≤ threshold | device source: at once | at return (ready at once) |
-/// | staged_to_device | at return (read during the call) | for `stream` at once, elsewhere when ready |
-/// | staged_to_host   | device source: at once | at return (ready at once)    |
-/// | peer_dma / peer_staged | device source: at once | for `stream` at once, elsewhere when ready |
-/// | across_backends  | at return              | at return (ready at once)     |
+/// | dma, pinned side | when ready             | device: for `stream` at once, elsewhere when ready; pinned: when ready
+/// | | dma, pageable source ≤ threshold | when ready | device: for `stream` at once, elsewhere when ready | | dma,
+/// pageable destination ≤ threshold | device source: at once | at return (ready at once) | | staged_to_device | at
+/// return (read during the call) | for `stream` at once, elsewhere when ready | | staged_to_host   | device source: at
+/// once | at return (ready at once)    | | peer_dma / peer_staged | device source: at once | for `stream` at once,
+/// elsewhere when ready | | across_backends  | at return              | at return (ready at once)     |
 ///
 /// The staged paths work synchronously on the host: staged_to_device returns
 /// once the last chunk's DMA is enqueued (its host threads have read the whole
@@ -76,6 +75,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "syncmem/device_id.hpp"
@@ -105,7 +105,7 @@ enum class copy_path : unsigned char {
 };
 
 /// @brief "none", "host_memcpy", "dma", ...
-[[nodiscard]] std::string_view to_string(copy_path path) noexcept;
+[[nodiscard]] std::string to_string(copy_path path);
 
 /// @brief Tuning knobs of the engine. The defaults suit a PCIe Gen4/Gen5 GPU
 /// and a server CPU; `syncmem bench` measures the effect of changing them.

@@ -52,10 +52,10 @@ struct device_properties {
   int compute_capability_major = 0;  ///< 0 for emulated devices
   int compute_capability_minor = 0;
   int multiprocessors = 0;
-  int async_engines = 0;  ///< copy engines that overlap with compute
-  std::string pci_bus_id;  ///< "0000:3b:00.0", empty when unknown
-  int pcie_generation = 0;  ///< current link generation, 0 when unknown
-  int pcie_width = 0;       ///< current link width (lanes), 0 when unknown
+  int async_engines = 0;                 ///< copy engines that overlap with compute
+  std::string pci_bus_id;                ///< "0000:3b:00.0", empty when unknown
+  int pcie_generation = 0;               ///< current link generation, 0 when unknown
+  int pcie_width = 0;                    ///< current link width (lanes), 0 when unknown
   bool supports_virtual_memory = false;  ///< growable segments can be used
   /// @brief The link to the host in words: "PCIe Gen5 x16", "host memory".
   [[nodiscard]] std::string link() const;

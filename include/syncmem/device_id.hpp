@@ -17,7 +17,7 @@ enum class device_kind : std::uint8_t {
 };
 
 /// @brief "cuda" or "emulated".
-[[nodiscard]] std::string_view to_string(device_kind kind) noexcept;
+[[nodiscard]] std::string to_string(device_kind kind);
 
 /// @brief One device: a kind and an index counted among devices of that kind.
 ///
@@ -31,9 +31,7 @@ class device_id {
   /// @brief The CUDA device with this runtime ordinal.
   [[nodiscard]] static constexpr device_id cuda(int index) noexcept { return {device_kind::cuda, index}; }
   /// @brief The emulated device with this index.
-  [[nodiscard]] static constexpr device_id emulated(int index) noexcept {
-    return {device_kind::emulated, index};
-  }
+  [[nodiscard]] static constexpr device_id emulated(int index) noexcept { return {device_kind::emulated, index}; }
 
   [[nodiscard]] constexpr device_kind kind() const noexcept { return kind_; }
   [[nodiscard]] constexpr int index() const noexcept { return index_; }

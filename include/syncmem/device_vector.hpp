@@ -24,8 +24,7 @@ namespace detail {
 // naming the function when that overflows std::size_t.
 [[nodiscard]] std::size_t vector_bytes(std::size_t count, std::size_t element_size, const char* function);
 // Throws syncmem::logic_error: `index` is not below `size`.
-[[noreturn]] void throw_vector_index(const device_buffer& b, const char* function, std::size_t index,
-                                     std::size_t size);
+[[noreturn]] void throw_vector_index(const device_buffer& b, const char* function, std::size_t index, std::size_t size);
 // Throws syncmem::logic_error: a host span of `given` elements where `expected` are needed.
 [[noreturn]] void throw_vector_span(const device_buffer& b, const char* function, std::size_t given,
                                     std::size_t expected);
@@ -44,8 +43,7 @@ namespace detail {
 /// range; a call that throws leaves the vector as it was.
 /// Thread safety: like a standard container.
 template <class T>
-  requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
-class device_vector {
+requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vector {
  public:
   using value_type = T;
   using size_type = std::size_t;
@@ -60,8 +58,9 @@ class device_vector {
   /// @brief `n` elements set to `value` on the device (elementwise.hpp's fill), in order on `s`.
   /// @throws as device_vector(n, s, resource), and syncmem::logic_error when the
   /// resource's memory is not device memory of s.device() (nothing is kept then)
-  device_vector(std::size_t n, const T& value, stream_view s, mr::memory_resource* resource = nullptr)
-    requires(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8)
+  device_vector(std::size_t n, const T& value, stream_view s,
+                mr::memory_resource* resource = nullptr) requires(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 ||
+                                                                  sizeof(T) == 8)
       : device_vector{n, s, resource} {
     fill(span(), value, s);
   }

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -28,24 +29,33 @@ enum class dtype : std::uint8_t {
 };
 
 /// @brief Every dtype, in declaration order.
-inline constexpr dtype all_dtypes[] = {dtype::bool_,   dtype::int8,    dtype::uint8,    dtype::int16,
-                                       dtype::int32,   dtype::int64,   dtype::float16,  dtype::bfloat16,
-                                       dtype::float32, dtype::float64};
+inline constexpr dtype all_dtypes[] = {dtype::bool_, dtype::int8,    dtype::uint8,    dtype::int16,   dtype::int32,
+                                       dtype::int64, dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64};
 
 /// @brief "bool", "int8", "uint8", "int16", "int32", "int64", "float16",
 /// "bfloat16", "float32", "float64" (numpy's names, and bfloat16's usual one).
-[[nodiscard]] constexpr std::string_view to_string(dtype t) noexcept {
+[[nodiscard]] inline std::string to_string(dtype t) {
   switch (t) {
-    case dtype::bool_: return "bool";
-    case dtype::int8: return "int8";
-    case dtype::uint8: return "uint8";
-    case dtype::int16: return "int16";
-    case dtype::int32: return "int32";
-    case dtype::int64: return "int64";
-    case dtype::float16: return "float16";
-    case dtype::bfloat16: return "bfloat16";
-    case dtype::float32: return "float32";
-    case dtype::float64: return "float64";
+    case dtype::bool_:
+      return "bool";
+    case dtype::int8:
+      return "int8";
+    case dtype::uint8:
+      return "uint8";
+    case dtype::int16:
+      return "int16";
+    case dtype::int32:
+      return "int32";
+    case dtype::int64:
+      return "int64";
+    case dtype::float16:
+      return "float16";
+    case dtype::bfloat16:
+      return "bfloat16";
+    case dtype::float32:
+      return "float32";
+    case dtype::float64:
+      return "float64";
   }
   return "unknown";
 }
@@ -55,14 +65,18 @@ inline constexpr dtype all_dtypes[] = {dtype::bool_,   dtype::int8,    dtype::ui
   switch (t) {
     case dtype::bool_:
     case dtype::int8:
-    case dtype::uint8: return 1;
+    case dtype::uint8:
+      return 1;
     case dtype::int16:
     case dtype::float16:
-    case dtype::bfloat16: return 2;
+    case dtype::bfloat16:
+      return 2;
     case dtype::int32:
-    case dtype::float32: return 4;
+    case dtype::float32:
+      return 4;
     case dtype::int64:
-    case dtype::float64: return 8;
+    case dtype::float64:
+      return 8;
   }
   return 0;
 }
@@ -242,8 +256,8 @@ constexpr bool integer_has_dtype =
 /// 1, 2, 4 and 8 bytes, unsigned integers of 1 byte, float16, bfloat16, float
 /// and double (cv-qualifiers ignored).
 template <class T>
-concept element_type = detail::dtype_of_impl<std::remove_cv_t<T>>::known ||
-                       detail::integer_has_dtype<std::remove_cv_t<T>>;
+concept element_type =
+    detail::dtype_of_impl<std::remove_cv_t<T>>::known || detail::integer_has_dtype<std::remove_cv_t<T>>;
 
 /// @brief The dtype of a C++ type, e.g. `dtype_of<float>() == dtype::float32`.
 template <element_type T>

@@ -28,10 +28,10 @@ namespace syncmem {
 
 /// @brief How emulated devices behave.
 struct emulated_options {
-  int device_count = 1;                          ///< 0 to 64
+  int device_count = 1;                                  ///< 0 to 64
   std::size_t memory_per_device = std::size_t{2} << 30;  ///< bytes each device can hand out
-  std::chrono::microseconds max_delay{0};        ///< random delay before each stream operation
-  bool poison = true;                            ///< fill fresh allocations with 0xFF
+  std::chrono::microseconds max_delay{0};                ///< random delay before each stream operation
+  bool poison = true;                                    ///< fill fresh allocations with 0xFF
 };
 
 /// @brief Enables emulated devices, or changes their options. Devices can be

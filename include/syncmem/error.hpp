@@ -107,7 +107,7 @@ namespace detail {
 /// @brief Reports a failed call in a destructor or other noexcept path. Stays
 /// silent while the CUDA runtime is shutting down; otherwise logs one line.
 void report_noexcept_failure(int code, const char* call, const char* file, int line) noexcept;
-/// @brief The path from the project root ("src/common/error.cpp").
+/// @brief The path from the project root ("src/core/error.cpp").
 [[nodiscard]] std::string_view short_path(const char* file) noexcept;
 /// @brief A byte count for people: "1.50 MiB (1572864 bytes)".
 [[nodiscard]] std::string format_bytes(std::size_t bytes);
@@ -117,11 +117,11 @@ void report_noexcept_failure(int code, const char* call, const char* file, int l
 
 /// @brief Throws syncmem::logic_error with `message` (a string) unless
 /// `condition` holds. The message is only built when the check fails.
-#define SYNCMEM_EXPECTS(condition, message)                                   \
-  do {                                                                        \
-    if (!(condition)) [[unlikely]] {                                          \
-      ::syncmem::detail::throw_logic_error((message), __FILE__, __LINE__);    \
-    }                                                                         \
+#define SYNCMEM_EXPECTS(condition, message)                                \
+  do {                                                                     \
+    if (!(condition)) [[unlikely]] {                                       \
+      ::syncmem::detail::throw_logic_error((message), __FILE__, __LINE__); \
+    }                                                                      \
   } while (false)
 
 /// @brief Throws syncmem::logic_error with `message` unconditionally.
@@ -132,24 +132,22 @@ void report_noexcept_failure(int code, const char* call, const char* file, int l
 
 /// @brief Evaluates a CUDA runtime call; throws syncmem::cuda_error naming the
 /// call, file, line, error name and message unless it returned success (0).
-/// Only meaningful where the CUDA headers are included (src/cuda,
+/// Only meaningful where the CUDA headers are included (src/backend/cuda,
 /// include/syncmem/cuda), but needs none itself.
-#define SYNCMEM_CUDA_TRY(call)                                                                 \
-  do {                                                                                         \
-    auto const syncmem_cuda_status_ = (call);                                                  \
-    if (static_cast<int>(syncmem_cuda_status_) != 0) [[unlikely]] {                            \
-      ::syncmem::detail::throw_cuda_error(static_cast<int>(syncmem_cuda_status_), #call,       \
-                                          __FILE__, __LINE__);                                 \
-    }                                                                                          \
+#define SYNCMEM_CUDA_TRY(call)                                                                                \
+  do {                                                                                                        \
+    auto const syncmem_cuda_status_ = (call);                                                                 \
+    if (static_cast<int>(syncmem_cuda_status_) != 0) [[unlikely]] {                                           \
+      ::syncmem::detail::throw_cuda_error(static_cast<int>(syncmem_cuda_status_), #call, __FILE__, __LINE__); \
+    }                                                                                                         \
   } while (false)
 
 /// @brief The non-throwing form, for destructors: reports a failure (silently
 /// when the CUDA runtime is unloading) and carries on.
-#define SYNCMEM_CUDA_CHECK_NOEXCEPT(call)                                                      \
-  do {                                                                                         \
-    auto const syncmem_cuda_status_ = (call);                                                  \
-    if (static_cast<int>(syncmem_cuda_status_) != 0) [[unlikely]] {                            \
-      ::syncmem::detail::report_noexcept_failure(static_cast<int>(syncmem_cuda_status_), #call,\
-                                                 __FILE__, __LINE__);                          \
-    }                                                                                          \
+#define SYNCMEM_CUDA_CHECK_NOEXCEPT(call)                                                                            \
+  do {                                                                                                               \
+    auto const syncmem_cuda_status_ = (call);                                                                        \
+    if (static_cast<int>(syncmem_cuda_status_) != 0) [[unlikely]] {                                                  \
+      ::syncmem::detail::report_noexcept_failure(static_cast<int>(syncmem_cuda_status_), #call, __FILE__, __LINE__); \
+    }                                                                                                                \
   } while (false)

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "syncmem/device_id.hpp"
@@ -21,7 +22,7 @@ enum class memory_kind : std::uint8_t {
 };
 
 /// @brief "pageable", "pinned", "device", "managed".
-[[nodiscard]] std::string_view to_string(memory_kind kind) noexcept;
+[[nodiscard]] std::string to_string(memory_kind kind);
 
 /// @brief What is known of a pointer.
 struct pointer_attributes {

@@ -24,8 +24,8 @@
 
 #include <cstddef>
 #include <filesystem>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "syncmem/device_id.hpp"
@@ -85,8 +85,7 @@ void save_npy(const std::filesystem::path& path, const tensor& t, npy_options op
 /// options.label, or the file's name when that is empty.
 /// @throws syncmem::npy_error for bad contents (the message names the file);
 /// std::system_error when the file cannot be read; syncmem::out_of_memory
-[[nodiscard]] tensor load_npy(const std::filesystem::path& path, device_id device,
-                              synced_memory_options options = {});
+[[nodiscard]] tensor load_npy(const std::filesystem::path& path, device_id device, synced_memory_options options = {});
 /// @brief load_npy onto the current device.
 [[nodiscard]] tensor load_npy(const std::filesystem::path& path);
 

@@ -35,7 +35,7 @@ enum class sync_state : std::uint8_t {
 };
 
 /// @brief "uninitialized", "at_host", "at_device", "synced".
-[[nodiscard]] std::string_view to_string(sync_state state) noexcept;
+[[nodiscard]] std::string to_string(sync_state state);
 
 /// @brief The kind of host memory a synced_memory allocates for itself.
 enum class host_memory_kind : std::uint8_t {
@@ -107,9 +107,8 @@ struct transfer_counters {
 /// `synced` before their copy has completed (Caffe's async_gpu_push was). A
 /// syncmem::stream destroyed since its last use finished its work; a new
 /// stream that got its handle is another stream. A stream syncmem does not
-/// own (a wrapped cudaStream_t) must stay alive while the buffer may use it. Every copy in flight is tracked, and an access that would race with
-/// it (e.g. a host write while an upload still reads the host side) waits for
-/// it first.
+/// own (a wrapped cudaStream_t) must stay alive while the buffer may use it. Every copy in flight is tracked, and an
+/// access that would race with it (e.g. a host write while an upload still reads the host side) waits for it first.
 ///
 /// Capacity. `resize()` is grow-only: it reallocates only when the new size
 /// exceeds the capacity, copying only the newest side. An empty buffer holds
@@ -177,7 +176,7 @@ class synced_memory {
   /// @tparam T a trivially copyable element type
   /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T)
   template <class T>
-    requires std::is_trivially_copyable_v<T>
+  requires std::is_trivially_copyable_v<T>
   [[nodiscard]] std::span<const T> host_span() {
     const std::size_t n = element_count<T>("host_span");
     return {static_cast<const T*>(host_data()), n};
@@ -185,8 +184,7 @@ class synced_memory {
   /// @brief The host side as elements, up to date; the host side becomes the newest.
   /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T)
   template <class T>
-    requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
-  [[nodiscard]] std::span<T> mutable_host_span() {
+  requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>) [[nodiscard]] std::span<T> mutable_host_span() {
     const std::size_t n = element_count<T>("mutable_host_span");
     return {static_cast<T*>(mutable_host_data()), n};
   }
@@ -196,14 +194,14 @@ class synced_memory {
   /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T), or
   /// for a stream of another device
   template <class T>
-    requires std::is_trivially_copyable_v<T>
+  requires std::is_trivially_copyable_v<T>
   [[nodiscard]] std::span<const T> device_span(stream_view s) {
     const std::size_t n = element_count<T>("device_span");
     return {static_cast<const T*>(device_data(s)), n};
   }
   /// @brief device_span<T>(s) on the device's default stream.
   template <class T>
-    requires std::is_trivially_copyable_v<T>
+  requires std::is_trivially_copyable_v<T>
   [[nodiscard]] std::span<const T> device_span() {
     const std::size_t n = element_count<T>("device_span");
     return {static_cast<const T*>(device_data()), n};
@@ -212,15 +210,14 @@ class synced_memory {
   /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T), or
   /// for a stream of another device
   template <class T>
-    requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
-  [[nodiscard]] std::span<T> mutable_device_span(stream_view s) {
+  requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)
+      [[nodiscard]] std::span<T> mutable_device_span(stream_view s) {
     const std::size_t n = element_count<T>("mutable_device_span");
     return {static_cast<T*>(mutable_device_data(s)), n};
   }
   /// @brief mutable_device_span<T>(s) on the device's default stream.
   template <class T>
-    requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
-  [[nodiscard]] std::span<T> mutable_device_span() {
+  requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>) [[nodiscard]] std::span<T> mutable_device_span() {
     const std::size_t n = element_count<T>("mutable_device_span");
     return {static_cast<T*>(mutable_device_data()), n};
   }
@@ -329,7 +326,7 @@ class synced_memory {
   mutable sync_state state_ = sync_state::uninitialized;
   mutable in_flight in_flight_ = in_flight::none;
   bool moved_from_ = false;
-  bool prefetch_in_flight_ = false;  // a prefetch is not claimed synced before its copy is done
+  bool prefetch_in_flight_ = false;      // a prefetch is not claimed synced before its copy is done
   detail::stream_identity last_stream_;  // the stream of the last device-side use
   side host_;
   side device_side_;

@@ -6,11 +6,11 @@
 /// host and the device, copies between devices.
 
 #include <bit>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <iosfwd>
-#include <concepts>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <span>
 #include <string>
@@ -93,8 +93,7 @@ class tensor {
   tensor(syncmem::dtype type, const syncmem::shape& s, device_id device, synced_memory_options options = {});
   /// @brief A tensor over bytes [offset, offset + count × itemsize) of an existing storage.
   /// @throws syncmem::logic_error when `storage` is null or too small
-  tensor(syncmem::dtype type, const syncmem::shape& s, std::shared_ptr<synced_memory> storage,
-         std::size_t offset = 0);
+  tensor(syncmem::dtype type, const syncmem::shape& s, std::shared_ptr<synced_memory> storage, std::size_t offset = 0);
 
   // ---- what it is ------------------------------------------------------------------
   [[nodiscard]] syncmem::dtype dtype() const noexcept { return dtype_; }
@@ -287,17 +286,13 @@ class tensor {
   /// dtype() (out of range, a fraction or NaN for an integer dtype), naming the
   /// tensor, the value and the dtype; nothing is written then
   template <class V>
-    requires element_type<V> || std::is_arithmetic_v<V>
-  void fill(V value) {
-    fill_bits(bits_for(value), nullptr);
-  }
+  requires element_type<V> || std::is_arithmetic_v<V>
+  void fill(V value) { fill_bits(bits_for(value), nullptr); }
   /// @brief As fill(value), on the device, in order on `s` (a stream of device()).
   /// @throws syncmem::logic_error as fill(value), or for a stream of another device
   template <class V>
-    requires element_type<V> || std::is_arithmetic_v<V>
-  void fill(V value, stream_view s) {
-    fill_bits(bits_for(value), &s);
-  }
+  requires element_type<V> || std::is_arithmetic_v<V>
+  void fill(V value, stream_view s) { fill_bits(bits_for(value), &s); }
   /// @brief Sets every byte to zero (on the side fill() would use).
   void zero();
   /// @brief Sets every byte to zero on the device, in order on `s`.
@@ -345,7 +340,8 @@ class tensor {
     if constexpr (sizeof(T) == 8) return std::bit_cast<std::uint64_t>(value);
   }
   void check_type(syncmem::dtype asked, const char* accessor) const {
-    if (asked != dtype_) [[unlikely]] throw_type_mismatch(asked, accessor);
+    if (asked != dtype_) [[unlikely]]
+      throw_type_mismatch(asked, accessor);
   }
   [[noreturn]] void throw_type_mismatch(syncmem::dtype asked, const char* accessor) const;
   void fill_bits(std::uint64_t bits, const stream_view* s);

@@ -1,4 +1,4 @@
-#include "backend.hpp"
+#include "backend/backend.hpp"
 
 namespace syncmem::detail {
 

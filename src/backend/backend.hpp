@@ -1,7 +1,7 @@
 #pragma once
 
 // The few operations a device offers, implemented once for the CUDA runtime
-// (src/cuda) and once for emulated devices (src/emulated). Everything above
+// (src/backend/cuda) and once for emulated devices (src/backend/emulated). Everything above
 // layer 2 reaches devices only through this interface, so that every device
 // code path runs on machines without a GPU too.
 //
@@ -136,7 +136,7 @@ class backend {
 [[nodiscard]] backend& backend_for(device_kind kind) noexcept;
 [[nodiscard]] inline backend& backend_for(device_id id) noexcept { return backend_for(id.kind()); }
 
-// Implemented in src/cuda (or src/common/no_cuda_backend.cpp) and src/emulated.
+// Implemented in src/backend/cuda (or src/backend/none/no_cuda_backend.cpp) and src/backend/emulated.
 [[nodiscard]] backend& cuda_backend() noexcept;
 [[nodiscard]] backend& emulated_backend() noexcept;
 

@@ -1,4 +1,4 @@
-#include "host_math.hpp"
+#include "backend/host_math.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -49,10 +49,18 @@ double reduce_as(const T* x, std::size_t n, reduction r) noexcept {
 
 void fill(void* p, std::size_t count, std::size_t itemsize, std::uint64_t bits) noexcept {
   switch (itemsize) {
-    case 1: std::memset(p, static_cast<int>(bits & 0xFFU), count); break;
-    case 2: fill_as<std::uint16_t>(p, count, bits); break;
-    case 4: fill_as<std::uint32_t>(p, count, bits); break;
-    default: fill_as<std::uint64_t>(p, count, bits); break;
+    case 1:
+      std::memset(p, static_cast<int>(bits & 0xFFU), count);
+      break;
+    case 2:
+      fill_as<std::uint16_t>(p, count, bits);
+      break;
+    case 4:
+      fill_as<std::uint32_t>(p, count, bits);
+      break;
+    default:
+      fill_as<std::uint64_t>(p, count, bits);
+      break;
   }
 }
 
@@ -82,10 +90,18 @@ void iota(dtype type, void* x, std::size_t n, std::int64_t start) noexcept {
     for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(start + static_cast<std::int64_t>(i));
   };
   switch (type) {
-    case dtype::int32: run(static_cast<std::int32_t*>(x)); break;
-    case dtype::int64: run(static_cast<std::int64_t*>(x)); break;
-    case dtype::float32: run(static_cast<float*>(x)); break;
-    default: run(static_cast<double*>(x)); break;
+    case dtype::int32:
+      run(static_cast<std::int32_t*>(x));
+      break;
+    case dtype::int64:
+      run(static_cast<std::int64_t*>(x));
+      break;
+    case dtype::float32:
+      run(static_cast<float*>(x));
+      break;
+    default:
+      run(static_cast<double*>(x));
+      break;
   }
 }
 

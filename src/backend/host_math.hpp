@@ -2,12 +2,12 @@
 
 // The arithmetic of tensors and blobs on host memory: the host path of blob
 // operations, and the body of the host functions that emulated devices run
-// in stream order (src/emulated/emulated_kernels.cpp).
+// in stream order (src/backend/emulated/emulated_kernels.cpp).
 
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels.hpp"
+#include "backend/kernels.hpp"
 #include "syncmem/dtype.hpp"
 
 namespace syncmem::detail::host_math {
@@ -31,11 +31,12 @@ void iota(dtype type, void* x, std::size_t n, std::int64_t start) noexcept;
 [[nodiscard]] std::uint64_t checksum(const void* p, std::size_t bytes) noexcept;
 
 // splitmix64's finaliser of w + (k + 1) × the golden ratio. Also compiled
-// for the GPU (src/cuda/tensor_kernels.cu), so that both agree by construction.
+// for the GPU (src/backend/cuda/tensor_kernels.cu), so that both agree by construction.
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-[[nodiscard]] constexpr std::uint64_t checksum_term(std::uint64_t w, std::uint64_t k) noexcept {
+    [[nodiscard]] constexpr std::uint64_t
+    checksum_term(std::uint64_t w, std::uint64_t k) noexcept {
   std::uint64_t z = w + (k + 1) * 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;

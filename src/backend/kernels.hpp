@@ -2,11 +2,11 @@
 
 // Element-wise work and reductions on device memory, in stream order, for
 // tensors and blobs. One implementation per device kind: CUDA kernels
-// (src/cuda/tensor_kernels.cu), and for emulated devices host functions
-// enqueued on the stream (src/emulated/emulated_kernels.cpp), so that work on
+// (src/backend/cuda/tensor_kernels.cu), and for emulated devices host functions
+// enqueued on the stream (src/backend/emulated/emulated_kernels.cpp), so that work on
 // emulated devices goes through the same stream ordering as on a GPU. A build
 // without CUDA has a CUDA implementation that refuses everything
-// (src/common/no_cuda_kernels.cpp). No CUDA header here: src/common sees only
+// (src/backend/none/no_cuda_kernels.cpp). No CUDA header here: the layers above see only
 // this interface.
 //
 // Callers hold a device_guard for the stream's device; pointers are device

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "syncmem/compat/device.hpp"
-#include "syncmem/stream.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/stream.hpp"
 
 namespace syncmem::compat::caffe {
 
@@ -42,10 +42,14 @@ void SyncedMemory::set_gpu_data(void* data) {
 
 SyncedMemory::SyncedHead SyncedMemory::head() const {
   switch (memory_->state()) {
-    case sync_state::uninitialized: return UNINITIALIZED;
-    case sync_state::at_host: return HEAD_AT_CPU;
-    case sync_state::at_device: return HEAD_AT_GPU;
-    case sync_state::synced: return SYNCED;
+    case sync_state::uninitialized:
+      return UNINITIALIZED;
+    case sync_state::at_host:
+      return HEAD_AT_CPU;
+    case sync_state::at_device:
+      return HEAD_AT_GPU;
+    case sync_state::synced:
+      return SYNCED;
   }
   return UNINITIALIZED;
 }
@@ -314,15 +318,15 @@ void Blob<Dtype>::scale_diff(Dtype scale_factor) {
 
 template <typename Dtype>
 void Blob<Dtype>::ShareData(const Blob& other) {
-  SYNCMEM_EXPECTS(count_ == other.count(), fmt::format("Blob::ShareData: counts differ ({} and {})", count_,
-                                                       other.count()));
+  SYNCMEM_EXPECTS(count_ == other.count(),
+                  fmt::format("Blob::ShareData: counts differ ({} and {})", count_, other.count()));
   blob_.share_data(other.blob_);
 }
 
 template <typename Dtype>
 void Blob<Dtype>::ShareDiff(const Blob& other) {
-  SYNCMEM_EXPECTS(count_ == other.count(), fmt::format("Blob::ShareDiff: counts differ ({} and {})", count_,
-                                                       other.count()));
+  SYNCMEM_EXPECTS(count_ == other.count(),
+                  fmt::format("Blob::ShareDiff: counts differ ({} and {})", count_, other.count()));
   blob_.share_diff(other.blob_);
 }
 

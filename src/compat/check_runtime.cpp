@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "../backend.hpp"
+#include "backend/backend.hpp"
 
 namespace syncmem::compat {
 

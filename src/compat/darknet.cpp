@@ -1,13 +1,13 @@
 #include "syncmem/compat/darknet.hpp"
 
-#include <limits>
-#include <mutex>
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <mutex>
 
 #include <fmt/format.h>
 
-#include "../backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/compat/device.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device_guard.hpp"
@@ -74,12 +74,10 @@ std::pair<allocation, std::size_t> find(const void* p, const char* what) {
   std::lock_guard lock{r.mutex};
   const auto address = reinterpret_cast<std::uintptr_t>(p);
   auto it = r.live.upper_bound(address);
-  SYNCMEM_EXPECTS(it != r.live.begin(),
-                  fmt::format("{}: {} is not in an array from cuda_make_array", what, p));
+  SYNCMEM_EXPECTS(it != r.live.begin(), fmt::format("{}: {} is not in an array from cuda_make_array", what, p));
   --it;
   const std::size_t offset = address - it->first;
-  SYNCMEM_EXPECTS(offset < it->second.bytes,
-                  fmt::format("{}: {} is not in an array from cuda_make_array", what, p));
+  SYNCMEM_EXPECTS(offset < it->second.bytes, fmt::format("{}: {} is not in an array from cuda_make_array", what, p));
   return {it->second, offset};
 }
 

@@ -12,9 +12,10 @@ device_kind kind() { return device_count(device_kind::cuda) > 0 ? device_kind::c
 device_id current() {
   const auto k = kind();
   if (device_count(k) == 0) {
-    SYNCMEM_UNSUPPORTED(fmt::format("no device for the compat layers: {}; enable emulated devices "
-                                    "(SYNCMEM_EMULATED_DEVICES=N) to run without a GPU",
-                                    why_no_devices(device_kind::cuda)));
+    SYNCMEM_UNSUPPORTED(
+        fmt::format("no device for the compat layers: {}; enable emulated devices "
+                    "(SYNCMEM_EMULATED_DEVICES=N) to run without a GPU",
+                    why_no_devices(device_kind::cuda)));
   }
   const auto d = current_device();
   return d.kind() == k ? d : device_id{k, 0};

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "../backend.hpp"
-#include "../mr/default_host_resource.hpp"
+#include "backend/backend.hpp"
+#include "mr/default_host_resource.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/stream.hpp"

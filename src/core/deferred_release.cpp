@@ -1,4 +1,4 @@
-#include "deferred_release.hpp"
+#include "core/deferred_release.hpp"
 
 #include <condition_variable>
 #include <deque>
@@ -7,8 +7,8 @@
 #include <thread>
 #include <utility>
 
-#include "log.hpp"
-#include "release_at_exit.hpp"
+#include "core/log.hpp"
+#include "core/release_at_exit.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/event.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/memory_kind.hpp"
@@ -21,18 +21,20 @@ thread_local thread_device_state this_thread;
 
 }  // namespace
 
-std::string_view to_string(device_kind kind) noexcept {
-  return kind == device_kind::cuda ? "cuda" : "emulated";
-}
+std::string to_string(device_kind kind) { return kind == device_kind::cuda ? "cuda" : "emulated"; }
 
 std::string to_string(device_id id) { return fmt::format("{}:{}", to_string(id.kind()), id.index()); }
 
-std::string_view to_string(memory_kind kind) noexcept {
+std::string to_string(memory_kind kind) {
   switch (kind) {
-    case memory_kind::pageable_host: return "pageable";
-    case memory_kind::pinned_host: return "pinned";
-    case memory_kind::device: return "device";
-    case memory_kind::managed: return "managed";
+    case memory_kind::pageable_host:
+      return "pageable";
+    case memory_kind::pinned_host:
+      return "pinned";
+    case memory_kind::device:
+      return "device";
+    case memory_kind::managed:
+      return "managed";
   }
   return "unknown";
 }
@@ -68,10 +70,10 @@ device_id current_device() {
   if (this_thread.emulated_selected) return device_id::emulated(this_thread.emulated_index);
   if (device_count(device_kind::cuda) > 0) return device_id::cuda(detail::cuda_backend().current_index());
   if (device_count(device_kind::emulated) > 0) return device_id::emulated(0);
-  SYNCMEM_UNSUPPORTED(fmt::format(
-      "no device is available: {}; emulated devices are off (set SYNCMEM_EMULATED_DEVICES=N or call "
-      "syncmem::enable_emulated_devices to develop without a GPU)",
-      why_no_devices(device_kind::cuda)));
+  SYNCMEM_UNSUPPORTED(
+      fmt::format("no device is available: {}; emulated devices are off (set SYNCMEM_EMULATED_DEVICES=N or call "
+                  "syncmem::enable_emulated_devices to develop without a GPU)",
+                  why_no_devices(device_kind::cuda)));
 }
 
 void set_current_device(device_id id) {
@@ -85,7 +87,10 @@ void set_current_device(device_id id) {
 }
 
 device_guard::device_guard(device_id target)
-    : original_{target}, target_{target}, original_cuda_index_{-1}, original_emulated_selected_{false},
+    : original_{target},
+      target_{target},
+      original_cuda_index_{-1},
+      original_emulated_selected_{false},
       switched_{false} {
   check_device(target);
   original_ = current_device();

@@ -4,15 +4,15 @@
 
 #include <fmt/format.h>
 
-#include "backend.hpp"
-#include "log.hpp"
+#include "backend/backend.hpp"
+#include "core/log.hpp"
 
 namespace syncmem {
 
 cuda_error::cuda_error(int code, std::string_view error_name, std::string_view error_message, std::string_view call,
                        std::string_view file, int line)
-    : std::runtime_error{fmt::format("CUDA runtime error at {}:{}: {} failed: code = {} ({}), message = {}", file,
-                                     line, call, error_name, code, error_message)},
+    : std::runtime_error{fmt::format("CUDA runtime error at {}:{}: {} failed: code = {} ({}), message = {}", file, line,
+                                     call, error_name, code, error_message)},
       details_{std::make_shared<const details_type>(
           details_type{std::string{error_name}, std::string{error_message}, std::string{call}, std::string{file}})},
       code_{code},

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -69,12 +69,11 @@ void event::synchronize() const {
 
 float event::elapsed_ms(const event& start, const event& end) {
   SYNCMEM_EXPECTS(start.timing_ && end.timing_, "elapsed_ms needs two events made with event_options::timing");
-  SYNCMEM_EXPECTS(start.device_ == end.device_,
-                  fmt::format("elapsed_ms: events of two devices ({} and {})", to_string(start.device_),
-                              to_string(end.device_)));
+  SYNCMEM_EXPECTS(start.device_ == end.device_, fmt::format("elapsed_ms: events of two devices ({} and {})",
+                                                            to_string(start.device_), to_string(end.device_)));
   device_guard guard{start.device_};
-  return detail::backend_for(start.device_).elapsed_ms(start.device_.index(), start.native_handle(),
-                                                       end.native_handle());
+  return detail::backend_for(start.device_)
+      .elapsed_ms(start.device_.index(), start.native_handle(), end.native_handle());
 }
 
 }  // namespace syncmem

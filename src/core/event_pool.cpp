@@ -1,4 +1,4 @@
-#include "event_pool.hpp"
+#include "core/event_pool.hpp"
 
 #include <utility>
 

@@ -1,10 +1,10 @@
-#include "release_at_exit.hpp"
+#include "core/release_at_exit.hpp"
 
 #include <cstdlib>
 #include <mutex>
 #include <vector>
 
-#include "log.hpp"
+#include "core/log.hpp"
 
 namespace syncmem::detail {
 namespace {

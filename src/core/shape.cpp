@@ -24,23 +24,23 @@ std::string describe(std::span<const std::int64_t> extents) {
 shape::shape(std::initializer_list<std::int64_t> extents) : shape{std::span<const std::int64_t>{extents}} {}
 
 shape::shape(std::span<const std::int64_t> extents) {
-  SYNCMEM_EXPECTS(extents.size() <= static_cast<std::size_t>(max_axes),
-                  fmt::format("shape {}: {} axes; a shape has at most {} axes", describe(extents), extents.size(),
-                              max_axes));
+  SYNCMEM_EXPECTS(
+      extents.size() <= static_cast<std::size_t>(max_axes),
+      fmt::format("shape {}: {} axes; a shape has at most {} axes", describe(extents), extents.size(), max_axes));
   // The product of the nonzero extents must fit, so that every partial count does.
   std::int64_t nonzero_product = 1;
   bool has_zero = false;
   for (std::size_t i = 0; i < extents.size(); ++i) {
     const std::int64_t e = extents[i];
-    SYNCMEM_EXPECTS(e >= 0, fmt::format("shape {}: axis {} has extent {}; extents must be >= 0", describe(extents), i,
-                                        e));
+    SYNCMEM_EXPECTS(e >= 0,
+                    fmt::format("shape {}: axis {} has extent {}; extents must be >= 0", describe(extents), i, e));
     if (e == 0) {
       has_zero = true;
       continue;
     }
-    SYNCMEM_EXPECTS(nonzero_product <= std::numeric_limits<std::int64_t>::max() / e,
-                    fmt::format("shape {}: the element count overflows a 64-bit integer (at axis {})",
-                                describe(extents), i));
+    SYNCMEM_EXPECTS(
+        nonzero_product <= std::numeric_limits<std::int64_t>::max() / e,
+        fmt::format("shape {}: the element count overflows a 64-bit integer (at axis {})", describe(extents), i));
     nonzero_product *= e;
   }
   for (std::size_t i = 0; i < extents.size(); ++i) extents_[i] = extents[i];
@@ -49,9 +49,9 @@ shape::shape(std::span<const std::int64_t> extents) {
 }
 
 std::int64_t shape::count(int start, int end) const {
-  SYNCMEM_EXPECTS(start >= 0 && start <= end && end <= num_axes_,
-                  fmt::format("shape {}: count({}, {}) needs 0 <= start <= end <= {}", to_string(), start, end,
-                              num_axes_));
+  SYNCMEM_EXPECTS(
+      start >= 0 && start <= end && end <= num_axes_,
+      fmt::format("shape {}: count({}, {}) needs 0 <= start <= end <= {}", to_string(), start, end, num_axes_));
   std::int64_t product = 1;
   for (int i = start; i < end; ++i) product *= extents_[static_cast<std::size_t>(i)];
   return product;

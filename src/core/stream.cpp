@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "backend.hpp"
-#include "stream_observers.hpp"
+#include "backend/backend.hpp"
+#include "core/stream_observers.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -60,9 +60,7 @@ stream_view default_stream(device_id device) {
 
 stream_view default_stream() { return default_stream(current_device()); }
 
-bool stream_view::is_default() const {
-  return handle_ == detail::backend_for(device_).default_stream(device_.index());
-}
+bool stream_view::is_default() const { return handle_ == detail::backend_for(device_).default_stream(device_.index()); }
 
 void stream_view::synchronize() const {
   device_guard guard{device_};

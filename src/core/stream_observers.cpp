@@ -1,11 +1,11 @@
-#include "stream_observers.hpp"
+#include "core/stream_observers.hpp"
 
 #include <exception>
 #include <mutex>
 #include <utility>
 #include <vector>
 
-#include "log.hpp"
+#include "core/log.hpp"
 
 namespace syncmem::detail {
 namespace {

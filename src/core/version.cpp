@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "backend.hpp"
+#include "backend/backend.hpp"
 
 #ifndef SYNCMEM_BUILD_TYPE
 #define SYNCMEM_BUILD_TYPE "unknown"

@@ -38,8 +38,7 @@ device_buffer::device_buffer(std::size_t bytes, stream_view s, mr::memory_resour
 
 device_buffer::device_buffer(const void* source, std::size_t bytes, stream_view s, mr::memory_resource* resource)
     : stream_{s}, resource_{resource != nullptr ? resource : &mr::get_per_device_resource(s.device())} {
-  SYNCMEM_EXPECTS(source != nullptr || bytes == 0,
-                  fmt::format("device_buffer: the source of {} bytes is null", bytes));
+  SYNCMEM_EXPECTS(source != nullptr || bytes == 0, fmt::format("device_buffer: the source of {} bytes is null", bytes));
   data_ = resource_->allocate(bytes, s);
   size_ = bytes;
   capacity_ = bytes;

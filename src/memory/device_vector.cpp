@@ -7,9 +7,9 @@
 namespace syncmem::detail {
 
 std::size_t vector_bytes(std::size_t count, std::size_t element_size, const char* function) {
-  SYNCMEM_EXPECTS(count <= std::numeric_limits<std::size_t>::max() / element_size,
-                  fmt::format("device_vector::{}: {} elements of {} bytes overflow a 64-bit size", function, count,
-                              element_size));
+  SYNCMEM_EXPECTS(
+      count <= std::numeric_limits<std::size_t>::max() / element_size,
+      fmt::format("device_vector::{}: {} elements of {} bytes overflow a 64-bit size", function, count, element_size));
   return count * element_size;
 }
 

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "host_math.hpp"
-#include "kernels.hpp"
+#include "backend/host_math.hpp"
+#include "backend/kernels.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -18,12 +18,12 @@ namespace {
 void check_device_memory(const char* function, const char* which, const void* p, std::size_t bytes, stream_view s) {
   if (bytes == 0) return;
   const pointer_attributes a = get_pointer_attributes(p);
-  SYNCMEM_EXPECTS(a.kind == memory_kind::device && a.device == s.device(),
-                  fmt::format("{}: {} ({} bytes at {}) is {} memory{}; it must be device memory of {}, the stream's "
-                              "device",
-                              function, which, bytes, p, to_string(a.kind),
-                              a.device ? fmt::format(" of {}", to_string(*a.device)) : std::string{},
-                              to_string(s.device())));
+  SYNCMEM_EXPECTS(
+      a.kind == memory_kind::device && a.device == s.device(),
+      fmt::format("{}: {} ({} bytes at {}) is {} memory{}; it must be device memory of {}, the stream's "
+                  "device",
+                  function, which, bytes, p, to_string(a.kind),
+                  a.device ? fmt::format(" of {}", to_string(*a.device)) : std::string{}, to_string(s.device())));
 }
 
 }  // namespace
@@ -42,8 +42,7 @@ void elementwise_iota(stream_view s, dtype type, void* p, std::size_t n, std::in
   kernels_for(s.device().kind()).iota(s, type, p, n, start);
 }
 
-void elementwise_axpy(stream_view s, dtype type, double alpha, const void* x, std::size_t nx, void* y,
-                      std::size_t ny) {
+void elementwise_axpy(stream_view s, dtype type, double alpha, const void* x, std::size_t nx, void* y, std::size_t ny) {
   SYNCMEM_EXPECTS(nx == ny, fmt::format("axpy: x has {} elements and y has {}; they must have as many", nx, ny));
   check_device_memory("axpy", "x", x, nx * size_of(type), s);
   check_device_memory("axpy", "y", y, ny * size_of(type), s);

@@ -6,10 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "backend.hpp"
-#include "copy_internal.hpp"
-#include "deferred_release.hpp"
-#include "log.hpp"
+#include "backend/backend.hpp"
+#include "core/deferred_release.hpp"
+#include "core/log.hpp"
 #include "mr/default_host_resource.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -17,15 +16,20 @@
 #include "syncmem/mr/allocation_label.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
+#include "transfer/copy_internal.hpp"
 
 namespace syncmem {
 
-std::string_view to_string(sync_state state) noexcept {
+std::string to_string(sync_state state) {
   switch (state) {
-    case sync_state::uninitialized: return "uninitialized";
-    case sync_state::at_host: return "at_host";
-    case sync_state::at_device: return "at_device";
-    case sync_state::synced: return "synced";
+    case sync_state::uninitialized:
+      return "uninitialized";
+    case sync_state::at_host:
+      return "at_host";
+    case sync_state::at_device:
+      return "at_device";
+    case sync_state::synced:
+      return "synced";
   }
   return "unknown";
 }
@@ -42,12 +46,12 @@ synced_memory::synced_memory(std::size_t bytes, synced_memory_options options)
 synced_memory::synced_memory(std::size_t bytes, device_id device, synced_memory_options options)
     : device_{device}, size_{bytes}, capacity_{bytes}, label_{std::move(options.label)}, options_{std::move(options)} {
   check_device(device);
-  SYNCMEM_EXPECTS(bytes <= max_size(), fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes,
-                                                   max_size()));
+  SYNCMEM_EXPECTS(bytes <= max_size(),
+                  fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes, max_size()));
   if (auto* r = options_.device_resource) {
-    SYNCMEM_EXPECTS(r->kind() == memory_kind::device && r->device() == device,
-                    fmt::format("{}: device_resource {} is not a device resource of {}", describe(), r->name(),
-                                to_string(device)));
+    SYNCMEM_EXPECTS(
+        r->kind() == memory_kind::device && r->device() == device,
+        fmt::format("{}: device_resource {} is not a device resource of {}", describe(), r->name(), to_string(device)));
   }
   if (auto* r = options_.host_resource) {
     SYNCMEM_EXPECTS(r->kind() == memory_kind::pinned_host || r->kind() == memory_kind::pageable_host,
@@ -124,14 +128,16 @@ synced_memory synced_memory::clone() const {
 // ---------------------------------------------------------------------------
 
 const void* synced_memory::host_data() {
-  if (state_ == sync_state::synced && in_flight_ == in_flight::none) [[likely]] return host_.ptr;
+  if (state_ == sync_state::synced && in_flight_ == in_flight::none) [[likely]]
+    return host_.ptr;
   if (state_ == sync_state::at_host && in_flight_ == in_flight::none) return host_.ptr;
   to_host(false);
   return size_ == 0 ? nullptr : host_.ptr;
 }
 
 void* synced_memory::mutable_host_data() {
-  if (state_ == sync_state::at_host && in_flight_ == in_flight::none) [[likely]] return host_.ptr;
+  if (state_ == sync_state::at_host && in_flight_ == in_flight::none) [[likely]]
+    return host_.ptr;
   to_host(true);
   return size_ == 0 ? nullptr : host_.ptr;
 }
@@ -139,8 +145,8 @@ void* synced_memory::mutable_host_data() {
 const void* synced_memory::device_data() { return device_data(default_device_stream()); }
 
 const void* synced_memory::device_data(stream_view s) {
-  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && !prefetch_in_flight_ &&
-      last_stream_.is(s)) [[likely]] {
+  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && !prefetch_in_flight_ && last_stream_.is(s))
+      [[likely]] {
     return device_side_.ptr;
   }
   to_device(s, false);
@@ -150,8 +156,8 @@ const void* synced_memory::device_data(stream_view s) {
 void* synced_memory::mutable_device_data() { return mutable_device_data(default_device_stream()); }
 
 void* synced_memory::mutable_device_data(stream_view s) {
-  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && !prefetch_in_flight_ &&
-      last_stream_.is(s)) [[likely]] {
+  if ((state_ == sync_state::synced || state_ == sync_state::at_device) && !prefetch_in_flight_ && last_stream_.is(s))
+      [[likely]] {
     state_ = sync_state::at_device;
     return device_side_.ptr;
   }
@@ -273,8 +279,9 @@ void synced_memory::to_device(stream_view s, bool prefetch) {
 void synced_memory::start_copy(void* dst, const void* src, std::size_t bytes, stream_view s, in_flight direction) {
   // The buffer knows both kinds: the engine need not ask the driver about the pointers.
   prefetch_in_flight_ = false;
-  copy_ = direction == in_flight::to_host ? detail::copy_async_known(dst, host_.kind, src, memory_kind::device, bytes, s)
-                                          : detail::copy_async_known(dst, memory_kind::device, src, host_.kind, bytes, s);
+  copy_ = direction == in_flight::to_host
+              ? detail::copy_async_known(dst, host_.kind, src, memory_kind::device, bytes, s)
+              : detail::copy_async_known(dst, memory_kind::device, src, host_.kind, bytes, s);
   in_flight_ = direction;
   if (direction == in_flight::to_host) {
     ++counters_.to_host_copies;
@@ -356,7 +363,7 @@ void synced_memory::release_host() noexcept {
     detail::release_after(last_or_default_stream(), std::move(host_.keep_alive));
   } catch (...) {  // NOLINT(bugprone-empty-catch): default_stream only throws for a device that is gone
   }
-  const auto kind = options_.host_resource != nullptr ? options_.host_resource->kind()
+  const auto kind = options_.host_resource != nullptr                ? options_.host_resource->kind()
                     : options_.host_kind == host_memory_kind::pinned ? memory_kind::pinned_host
                                                                      : memory_kind::pageable_host;
   host_ = {};
@@ -384,8 +391,8 @@ void synced_memory::zero_host(std::size_t from, std::size_t to) const {
 void synced_memory::zero_device(std::size_t from, std::size_t to, stream_view s) {
   if (to <= from) return;
   device_guard guard{device_};
-  detail::backend_for(device_).memset_async(static_cast<char*>(device_side_.ptr) + from, 0, to - from,
-                                            device_.index(), s.native_handle());
+  detail::backend_for(device_).memset_async(static_cast<char*>(device_side_.ptr) + from, 0, to - from, device_.index(),
+                                            s.native_handle());
 }
 
 void synced_memory::reset() noexcept {
@@ -409,8 +416,8 @@ void synced_memory::reset() noexcept {
 
 void synced_memory::resize(std::size_t bytes, resize_mode mode) {
   check_usable();
-  SYNCMEM_EXPECTS(bytes <= max_size(), fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes,
-                                                   max_size()));
+  SYNCMEM_EXPECTS(bytes <= max_size(),
+                  fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes, max_size()));
   if (bytes > capacity()) {
     grow(bytes, mode);
     return;
@@ -533,8 +540,8 @@ void synced_memory::borrow_host(void* p, std::size_t bytes, std::shared_ptr<void
   check_usable();
   SYNCMEM_EXPECTS(p != nullptr || bytes == 0,
                   fmt::format("{}: borrow_host of {} bytes at a null pointer", describe(), bytes));
-  SYNCMEM_EXPECTS(bytes <= max_size(), fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes,
-                                                   max_size()));
+  SYNCMEM_EXPECTS(bytes <= max_size(),
+                  fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes, max_size()));
   const auto attributes = get_pointer_attributes(p);
   SYNCMEM_EXPECTS(attributes.kind == memory_kind::pageable_host || attributes.kind == memory_kind::pinned_host ||
                       attributes.kind == memory_kind::managed,
@@ -559,8 +566,8 @@ void synced_memory::borrow_device(void* p, std::size_t bytes, std::shared_ptr<vo
   check_usable();
   SYNCMEM_EXPECTS(p != nullptr || bytes == 0,
                   fmt::format("{}: borrow_device of {} bytes at a null pointer", describe(), bytes));
-  SYNCMEM_EXPECTS(bytes <= max_size(), fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes,
-                                                   max_size()));
+  SYNCMEM_EXPECTS(bytes <= max_size(),
+                  fmt::format("{}: size {} exceeds the maximum of {} bytes", describe(), bytes, max_size()));
   if (p != nullptr) {
     const auto attributes = get_pointer_attributes(p);
     SYNCMEM_EXPECTS(attributes.kind == memory_kind::device || attributes.kind == memory_kind::managed,
@@ -569,9 +576,8 @@ void synced_memory::borrow_device(void* p, std::size_t bytes, std::shared_ptr<vo
     SYNCMEM_EXPECTS(!attributes.device || *attributes.device == device_,
                     fmt::format("{}: borrow_device was given memory of {}, but the buffer belongs to {}", describe(),
                                 to_string(*attributes.device), to_string(device_)));
-    SYNCMEM_EXPECTS(attributes.size == 0 ||
-                        static_cast<const char*>(p) + bytes <=
-                            static_cast<const char*>(attributes.base) + attributes.size,
+    SYNCMEM_EXPECTS(attributes.size == 0 || static_cast<const char*>(p) + bytes <=
+                                                static_cast<const char*>(attributes.base) + attributes.size,
                     fmt::format("{}: borrow_device of {} bytes runs past the end of its allocation of {} bytes",
                                 describe(), bytes, attributes.size));
   }

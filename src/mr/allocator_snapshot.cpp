@@ -5,11 +5,14 @@
 
 namespace syncmem::mr {
 
-std::string_view to_string(block_state state) noexcept {
+std::string to_string(block_state state) {
   switch (state) {
-    case block_state::allocated: return "allocated";
-    case block_state::free: return "free";
-    case block_state::pending: return "pending";
+    case block_state::allocated:
+      return "allocated";
+    case block_state::free:
+      return "free";
+    case block_state::pending:
+      return "pending";
   }
   return "free";
 }

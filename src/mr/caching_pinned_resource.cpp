@@ -16,8 +16,8 @@
 
 #include <fmt/format.h>
 
-#include "../event_pool.hpp"
-#include "../log.hpp"
+#include "core/event_pool.hpp"
+#include "core/log.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
@@ -117,6 +117,21 @@ struct caching_pinned_resource::state {
   std::atomic<bool> warned{false};
 
   explicit state(device_id h) : home{h} { live.reserve(256); }
+
+  // Under `mutex`: the live block at `p`, no longer live; null (and logged) when
+  // it was not handed out or was freed already.
+  block* take_live(void* p, std::size_t bytes, const char* call, const std::string& resource) {
+    auto it = live.find(p);
+    if (it == live.end()) {
+      detail::logger().error("{}: {} of {} ({} bytes), which it did not hand out or which was freed already", resource,
+                             call, p, bytes);
+      return nullptr;
+    }
+    block* b = it->second;
+    live.erase(it);
+    stats.bytes_in_use -= b->size;
+    return b;
+  }
 
   // Under `mutex`. A block whose uses have all completed: cached, or (pageable
   // fallback, or over the cache limit) handed to `doomed` to be freed after
@@ -226,12 +241,13 @@ struct caching_pinned_resource::state {
 
   // Pageable memory in place of pinned memory that could not be had, with a warning the first time.
   void* pageable(std::size_t size, const std::string& name) {
-    void* p = ::operator new(size, std::align_val_t{page}, std::nothrow);
+    void* p = ::operator new (size, std::align_val_t{page}, std::nothrow);
     if (p != nullptr && !warned.exchange(true)) {
-      detail::logger().warn("{}: pinning {} failed (page-locked memory limit, see ulimit -l, or host memory "
-                            "exhausted); serving pageable memory instead, which transfers more slowly. This "
-                            "warning is given once.",
-                            name, detail::format_bytes(size));
+      detail::logger().warn(
+          "{}: pinning {} failed (page-locked memory limit, see ulimit -l, or host memory "
+          "exhausted); serving pageable memory instead, which transfers more slowly. This "
+          "warning is given once.",
+          name, detail::format_bytes(size));
     }
     return p;
   }
@@ -258,7 +274,7 @@ struct caching_pinned_resource::state {
       if (pinned) {
         upstream.deallocate(p, size, stream, page);
       } else {
-        ::operator delete(p, std::align_val_t{page});
+        ::operator delete (p, std::align_val_t{page});
       }
       throw;
     }
@@ -291,7 +307,7 @@ struct caching_pinned_resource::state {
         if (b->pinned) {
           upstream.deallocate(b->p, b->size, s, page);
         } else {
-          ::operator delete(b->p, std::align_val_t{page});
+          ::operator delete (b->p, std::align_val_t{page});
         }
         delete b;
       }
@@ -362,8 +378,8 @@ caching_pinned_resource::~caching_pinned_resource() {
     state_->live.clear();
   }
   if (still_live > 0) {
-    detail::logger().warn("{} destroyed with {} block(s) ({}) still allocated; they are freed now", name(),
-                          still_live, detail::format_bytes(still_live_bytes));
+    detail::logger().warn("{} destroyed with {} block(s) ({}) still allocated; they are freed now", name(), still_live,
+                          detail::format_bytes(still_live_bytes));
   }
   state_->free_blocks(*upstream_, blocks);
 }
@@ -389,7 +405,8 @@ void* caching_pinned_resource::do_allocate(std::size_t bytes, stream_view stream
   if (void* hit = st.take_cached(*upstream_, size, options_.max_cached_bytes)) return hit;
   // A miss: pin a new block, outside the lock (cudaHostAlloc takes milliseconds).
   void* p = pin(*upstream_, size, stream);
-  if (p == nullptr && trim() > 0) p = pin(*upstream_, size, stream);  // cached blocks count against the page-locked limit
+  if (p == nullptr && trim() > 0)
+    p = pin(*upstream_, size, stream);  // cached blocks count against the page-locked limit
   const bool pinned = p != nullptr;
   if (!pinned && options_.fallback_to_pageable) p = st.pageable(size, name());
   if (p == nullptr) st.throw_out_of_memory(bytes, name(), options_);
@@ -397,21 +414,13 @@ void* caching_pinned_resource::do_allocate(std::size_t bytes, stream_view stream
   return p;
 }
 
-void caching_pinned_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream,
-                                            std::size_t) noexcept {
+void caching_pinned_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t) noexcept {
   auto& st = *state_;
   std::vector<state::block*> doomed;
   {
     std::lock_guard lock{st.mutex};
-    auto it = st.live.find(p);
-    if (it == st.live.end()) {
-      detail::logger().error("{}: deallocate of {} ({} bytes), which it did not hand out or which was freed already",
-                             name(), p, bytes);
-      return;
-    }
-    state::block* b = it->second;
-    st.live.erase(it);
-    st.stats.bytes_in_use -= b->size;
+    state::block* b = st.take_live(p, bytes, "deallocate", name());
+    if (b == nullptr) return;
     std::vector<stream_view> uses = b->take_recorded();
     if (std::find(uses.begin(), uses.end(), stream) == uses.end()) {
       try {
@@ -431,16 +440,8 @@ void caching_pinned_resource::deallocate_host_only(void* p, std::size_t bytes, s
   std::vector<state::block*> doomed;
   {
     std::lock_guard lock{st.mutex};
-    auto it = st.live.find(p);
-    if (it == st.live.end()) {
-      detail::logger().error("{}: deallocate_host_only of {} ({} bytes), which it did not hand out or which was "
-                             "freed already",
-                             name(), p, bytes);
-      return;
-    }
-    state::block* b = it->second;
-    st.live.erase(it);
-    st.stats.bytes_in_use -= b->size;
+    state::block* b = st.take_live(p, bytes, "deallocate_host_only", name());
+    if (b == nullptr) return;
     std::vector<stream_view> uses = b->take_recorded();
     if (uses.empty()) {
       st.ready(b, options_.max_cached_bytes, doomed);
@@ -477,9 +478,10 @@ void caching_pinned_resource::reserve(std::size_t block_bytes, std::size_t block
       info.requested = size;
       info.label = std::string{current_allocation_label()};
       info.resource = name();
-      info.hint = fmt::format("reserving {} blocks of {}: pinning failed after {} blocks (page-locked memory "
-                              "limit, see ulimit -l)",
-                              blocks, detail::format_bytes(size), i);
+      info.hint = fmt::format(
+          "reserving {} blocks of {}: pinning failed after {} blocks (page-locked memory "
+          "limit, see ulimit -l)",
+          blocks, detail::format_bytes(size), i);
       throw out_of_memory{std::move(info)};
     }
     auto* b = new (std::nothrow) state::block{p, size, true, 0, {}};

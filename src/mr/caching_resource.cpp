@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "caching/caching_state.hpp"
+#include "mr/caching/caching_state.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "../backend.hpp"
-#include "device_oom.hpp"
+#include "backend/backend.hpp"
+#include "mr/device_oom.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -18,9 +18,10 @@ device_id checked_pool_device(device_id device) {
   check_device(device);
   device_guard guard{device};
   if (!syncmem::detail::backend_for(device).supports_pools(device.index())) {
-    SYNCMEM_UNSUPPORTED(fmt::format("cuda_async_resource: {} has no stream-ordered memory pools "
-                                    "(cudaDevAttrMemoryPoolsSupported is 0)",
-                                    to_string(device)));
+    SYNCMEM_UNSUPPORTED(
+        fmt::format("cuda_async_resource: {} has no stream-ordered memory pools "
+                    "(cudaDevAttrMemoryPoolsSupported is 0)",
+                    to_string(device)));
   }
   return device;
 }
@@ -40,9 +41,7 @@ cuda_async_resource::~cuda_async_resource() {
   }
 }
 
-std::string cuda_async_resource::name() const {
-  return fmt::format("cuda_async_resource({})", to_string(*device()));
-}
+std::string cuda_async_resource::name() const { return fmt::format("cuda_async_resource({})", to_string(*device())); }
 
 cuda_async_statistics cuda_async_resource::statistics() const {
   device_guard guard{*device()};

@@ -1,6 +1,6 @@
-#include "default_host_resource.hpp"
+#include "mr/default_host_resource.hpp"
 
-#include "../release_at_exit.hpp"
+#include "core/release_at_exit.hpp"
 #include "syncmem/mr/caching_pinned_resource.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
 

@@ -27,8 +27,7 @@ failure_adaptor::predicate failure_adaptor::always() {
   return [](std::uint64_t, std::size_t, stream_view) { return true; };
 }
 
-failure_adaptor::failure_adaptor(memory_resource& upstream, predicate should_fail)
-    : adaptor_base{upstream} {
+failure_adaptor::failure_adaptor(memory_resource& upstream, predicate should_fail) : adaptor_base{upstream} {
   set_predicate(std::move(should_fail));
 }
 

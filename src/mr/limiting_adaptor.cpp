@@ -10,8 +10,7 @@
 namespace syncmem::mr {
 
 limiting_adaptor::limiting_adaptor(memory_resource& upstream, std::size_t limit_bytes)
-    : adaptor_base{upstream},
-      limit_{limit_bytes} {}
+    : adaptor_base{upstream}, limit_{limit_bytes} {}
 
 void* limiting_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
   std::size_t before = allocated_.load(std::memory_order_relaxed);

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "../log.hpp"
+#include "core/log.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/allocation_label.hpp"
 
@@ -25,9 +25,12 @@ std::uint32_t this_thread_number() {
 
 std::string_view action_name(trace_action a) {
   switch (a) {
-    case trace_action::allocate: return "allocate";
-    case trace_action::free: return "free";
-    case trace_action::allocate_failure: return "allocate_failure";
+    case trace_action::allocate:
+      return "allocate";
+    case trace_action::free:
+      return "free";
+    case trace_action::allocate_failure:
+      return "allocate_failure";
   }
   return "allocate";
 }
@@ -96,9 +99,7 @@ bool parse_number(std::string_view text, T& value, int base) {
 }  // namespace
 
 logging_adaptor::logging_adaptor(memory_resource& upstream, std::ostream& out)
-    : adaptor_base{upstream},
-      out_{&out},
-      start_{std::chrono::steady_clock::now()} {
+    : adaptor_base{upstream}, out_{&out}, start_{std::chrono::steady_clock::now()} {
   *out_ << format_line << '\n' << header_line << '\n';
 }
 
@@ -198,7 +199,8 @@ std::vector<trace_event> logging_adaptor::read_trace(std::istream& in) {
     } else {
       fail(fmt::format("action '{}' is not allocate, free or allocate_failure", fields[2]));
     }
-    if (!parse_number(fields[3], e.pointer, 16)) fail(fmt::format("pointer '{}' is not hexadecimal (0x...)", fields[3]));
+    if (!parse_number(fields[3], e.pointer, 16))
+      fail(fmt::format("pointer '{}' is not hexadecimal (0x...)", fields[3]));
     if (!parse_number(fields[4], e.size, 10)) fail(fmt::format("size '{}' is not a number", fields[4]));
     if (!parse_number(fields[5], e.stream, 16)) fail(fmt::format("stream '{}' is not hexadecimal (0x...)", fields[5]));
     e.label = std::move(fields[6]);

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "../release_at_exit.hpp"
+#include "core/release_at_exit.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/caching_resource.hpp"
@@ -75,9 +75,9 @@ memory_resource& get_current_device_resource() { return get_per_device_resource(
 memory_resource* set_per_device_resource(device_id device, memory_resource* resource) {
   auto& s = checked_slot(device);
   if (resource != nullptr) {
-    SYNCMEM_EXPECTS(resource->kind() == memory_kind::device && resource->device() == device,
-                    fmt::format("set_per_device_resource: {} is not a device resource of {}", resource->name(),
-                                to_string(device)));
+    SYNCMEM_EXPECTS(
+        resource->kind() == memory_kind::device && resource->device() == device,
+        fmt::format("set_per_device_resource: {} is not a device resource of {}", resource->name(), to_string(device)));
   } else {
     resource = &built_in(s, device);
   }

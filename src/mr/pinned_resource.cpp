@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "../backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/allocation_label.hpp"
@@ -28,7 +28,9 @@ unsigned to_flags(pinned_flags f) {
 }  // namespace
 
 pinned_resource::pinned_resource(device_kind backend, pinned_flags flags)
-    : memory_resource{memory_kind::pinned_host, std::nullopt, 4096}, flags_{flags}, backend_{checked_backend(backend)} {}
+    : memory_resource{memory_kind::pinned_host, std::nullopt, 4096},
+      flags_{flags},
+      backend_{checked_backend(backend)} {}
 
 std::string pinned_resource::name() const { return fmt::format("pinned_resource({})", to_string(backend_)); }
 

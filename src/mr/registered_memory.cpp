@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "../backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/memory_kind.hpp"
@@ -26,11 +26,11 @@ unsigned to_flags(register_flags f) {
 void expect_pageable(const void* p, const void* start, std::size_t size) {
   const auto a = get_pointer_attributes(p);
   if (a.kind == memory_kind::pageable_host) return;
-  SYNCMEM_FAIL(fmt::format("registered_memory: [{}, +{}) overlaps {} memory{} at {}{}; only pageable host memory "
-                           "can be registered, and only once",
-                           start, size, to_string(a.kind),
-                           a.device ? fmt::format(" of {}", to_string(*a.device)) : std::string{}, p,
-                           a.size > 0 ? fmt::format(" (an allocation [{}, +{}))", a.base, a.size) : std::string{}));
+  SYNCMEM_FAIL(fmt::format(
+      "registered_memory: [{}, +{}) overlaps {} memory{} at {}{}; only pageable host memory "
+      "can be registered, and only once",
+      start, size, to_string(a.kind), a.device ? fmt::format(" of {}", to_string(*a.device)) : std::string{}, p,
+      a.size > 0 ? fmt::format(" (an allocation [{}, +{}))", a.base, a.size) : std::string{}));
 }
 
 }  // namespace

@@ -14,8 +14,7 @@ void add(usage_counter& c, std::int64_t n) {
 }
 }  // namespace
 
-statistics_adaptor::statistics_adaptor(memory_resource& upstream)
-    : adaptor_base{upstream} {}
+statistics_adaptor::statistics_adaptor(memory_resource& upstream) : adaptor_base{upstream} {}
 
 resource_statistics statistics_adaptor::statistics() const {
   std::lock_guard lock{mutex_};
@@ -43,8 +42,7 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_view stream, std
   return p;
 }
 
-void statistics_adaptor::do_deallocate(void* p, std::size_t bytes, stream_view stream,
-                                       std::size_t alignment) noexcept {
+void statistics_adaptor::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept {
   upstream().deallocate(p, bytes, stream, alignment);
   std::lock_guard lock{mutex_};
   statistics_.bytes.current -= static_cast<std::int64_t>(bytes);

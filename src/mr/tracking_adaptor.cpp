@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "../log.hpp"
+#include "core/log.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/allocation_label.hpp"
 
@@ -16,8 +16,7 @@ namespace {
 constexpr std::size_t oldest_listed = 10;
 }
 
-tracking_adaptor::tracking_adaptor(memory_resource& upstream)
-    : adaptor_base{upstream} {}
+tracking_adaptor::tracking_adaptor(memory_resource& upstream) : adaptor_base{upstream} {}
 
 tracking_adaptor::~tracking_adaptor() {
   try {
@@ -63,8 +62,11 @@ std::string tracking_adaptor::leak_report() const {
     total += a.bytes;
   }
   std::vector<std::pair<std::string, group>> groups(by_label.begin(), by_label.end());
-  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
-  auto label_text = [](const std::string& label) { return label.empty() ? std::string{"(no label)"} : "'" + label + "'"; };
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
+  auto label_text = [](const std::string& label) {
+    return label.empty() ? std::string{"(no label)"} : "'" + label + "'";
+  };
   std::string text = fmt::format("{}: {} live allocation{}, {}", name(), live.size(), live.size() == 1 ? "" : "s",
                                  syncmem::detail::format_bytes(total));
   for (const auto& [label, g] : groups) {
@@ -74,8 +76,8 @@ std::string tracking_adaptor::leak_report() const {
   text += "\n  oldest:";
   for (std::size_t i = 0; i < std::min(live.size(), oldest_listed); ++i) {
     const auto& a = live[i];
-    text += fmt::format("\n    #{} {} {} {} on stream {:#x}", a.sequence, a.pointer, syncmem::detail::format_bytes(a.bytes),
-                        label_text(a.label), a.stream);
+    text += fmt::format("\n    #{} {} {} {} on stream {:#x}", a.sequence, a.pointer,
+                        syncmem::detail::format_bytes(a.bytes), label_text(a.label), a.stream);
   }
   if (live.size() > oldest_listed) text += fmt::format("\n    ... and {} more", live.size() - oldest_listed);
   return text;
@@ -107,9 +109,10 @@ void tracking_adaptor::do_deallocate(void* p, std::size_t bytes, stream_view str
     auto it = live_.find(p);
     if (it == live_.end()) {
       try {
-        syncmem::detail::logger().error("{}: deallocate of {} ({} bytes), which is not a live allocation of this "
-                                        "adaptor (a double free, or memory from elsewhere); not forwarded",
-                                        name(), p, bytes);
+        syncmem::detail::logger().error(
+            "{}: deallocate of {} ({} bytes), which is not a live allocation of this "
+            "adaptor (a double free, or memory from elsewhere); not forwarded",
+            name(), p, bytes);
       } catch (...) {  // NOLINT(bugprone-empty-catch): deallocate does not throw
       }
       return;

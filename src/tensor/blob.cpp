@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "host_math.hpp"
-#include "kernels.hpp"
+#include "backend/host_math.hpp"
+#include "backend/kernels.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -31,10 +31,13 @@ enum class side : std::uint8_t { nowhere, host, device };
 
 side side_of(const tensor& t) {
   switch (t.state()) {
-    case sync_state::uninitialized: return side::nowhere;
-    case sync_state::at_host: return side::host;
+    case sync_state::uninitialized:
+      return side::nowhere;
+    case sync_state::at_host:
+      return side::host;
     case sync_state::at_device:
-    case sync_state::synced: return side::device;
+    case sync_state::synced:
+      return side::device;
   }
   return side::nowhere;
 }
@@ -65,9 +68,12 @@ double reduce(const tensor& t, detail::reduction r, const stream_view* s) {
   if (t.count() == 0) return 0;
   if (s != nullptr) return device_reduce(t, r, *s);
   switch (side_of(t)) {
-    case side::nowhere: return 0;
-    case side::host: return detail::host_math::reduce(t.dtype(), r, t.host_data(), static_cast<std::size_t>(t.count()));
-    case side::device: return device_reduce(t, r, default_stream(t.device()));
+    case side::nowhere:
+      return 0;
+    case side::host:
+      return detail::host_math::reduce(t.dtype(), r, t.host_data(), static_cast<std::size_t>(t.count()));
+    case side::device:
+      return device_reduce(t, r, default_stream(t.device()));
   }
   return 0;
 }
@@ -186,10 +192,10 @@ void share(tensor& ours, const tensor& theirs, const char* operation, const char
                               operation, name_of(ours), syncmem::to_string(ours.dtype()), ours.shape().to_string(),
                               what, name_of(theirs), syncmem::to_string(theirs.dtype()), theirs.shape().to_string()));
   if (!theirs.has_storage() || !ours.has_storage()) return;  // nothing to share: both have count 0
-  SYNCMEM_EXPECTS(ours.device() == theirs.device(),
-                  fmt::format("{}: blob '{}' on {} cannot share the {} of '{}' on {}", operation, name_of(ours),
-                              syncmem::to_string(ours.device()), what, name_of(theirs),
-                              syncmem::to_string(theirs.device())));
+  SYNCMEM_EXPECTS(
+      ours.device() == theirs.device(),
+      fmt::format("{}: blob '{}' on {} cannot share the {} of '{}' on {}", operation, name_of(ours),
+                  syncmem::to_string(ours.device()), what, name_of(theirs), syncmem::to_string(theirs.device())));
   ours = theirs.view(ours.shape());
 }
 
@@ -237,7 +243,9 @@ void blob::update() {
       detail::host_math::axpy(dtype(), static_cast<std::size_t>(count()), -1.0, diff_.host_data(),
                               data_.mutable_host_data());
       return;
-    case side::device: update(default_stream(device())); return;
+    case side::device:
+      update(default_stream(device()));
+      return;
   }
 }
 

@@ -237,8 +237,8 @@ class header_parser {
         continue;
       }
       if (product > std::numeric_limits<std::int64_t>::max() / e) {
-        fail(context_, fmt::format("shape ({}) has an element count that overflows a 64-bit integer",
-                                   fmt::join(extents, ", ")));
+        fail(context_,
+             fmt::format("shape ({}) has an element count that overflows a 64-bit integer", fmt::join(extents, ", ")));
       }
       product *= e;
     }
@@ -284,16 +284,16 @@ npy_header parse_header(std::span<const std::byte> bytes, std::string_view conte
   }
   const std::size_t prefix = prefix_bytes(major);
   if (bytes.size() < prefix) {
-    fail(context, fmt::format("truncated: {} bytes; a version {}.0 file needs {} bytes before its header",
-                              bytes.size(), major, prefix));
+    fail(context, fmt::format("truncated: {} bytes; a version {}.0 file needs {} bytes before its header", bytes.size(),
+                              major, prefix));
   }
   const std::size_t header_length = read_le(bytes, 8, prefix - 8);
   if (header_length > max_header_bytes) {
     fail(context, fmt::format("the header length {} exceeds the limit of {} bytes", header_length, max_header_bytes));
   }
   if (bytes.size() - prefix < header_length) {
-    fail(context, fmt::format("truncated header: it should be {} bytes, {} are present", header_length,
-                              bytes.size() - prefix));
+    fail(context,
+         fmt::format("truncated header: it should be {} bytes, {} are present", header_length, bytes.size() - prefix));
   }
   const std::string_view text{reinterpret_cast<const char*>(bytes.data() + prefix), header_length};
   npy_header header = header_parser{text, context}.parse();
@@ -306,8 +306,8 @@ npy_header parse_header(std::span<const std::byte> bytes, std::string_view conte
 
 void check_data_size(const npy_header& header, std::size_t available, std::string_view context) {
   if (available < header.data_bytes) {
-    fail(context, fmt::format("truncated data: the header promises {} bytes ({} {}), {} are present",
-                              header.data_bytes, to_string(header.type), header.shape.to_string(), available));
+    fail(context, fmt::format("truncated data: the header promises {} bytes ({} {}), {} are present", header.data_bytes,
+                              to_string(header.type), header.shape.to_string(), available));
   }
   if (available > header.data_bytes) {
     fail(context, fmt::format("{} bytes of unexpected data after the array's {} bytes", available - header.data_bytes,
@@ -358,16 +358,26 @@ void store_elements(const npy_header& header, const std::byte* data, std::byte* 
 
 const char* descr_of(syncmem::dtype type) {
   switch (type) {
-    case syncmem::dtype::bool_: return "|b1";
-    case syncmem::dtype::int8: return "|i1";
-    case syncmem::dtype::uint8: return "|u1";
-    case syncmem::dtype::int16: return "<i2";
-    case syncmem::dtype::int32: return "<i4";
-    case syncmem::dtype::int64: return "<i8";
-    case syncmem::dtype::float16: return "<f2";
-    case syncmem::dtype::float32: return "<f4";
-    case syncmem::dtype::float64: return "<f8";
-    case syncmem::dtype::bfloat16: break;
+    case syncmem::dtype::bool_:
+      return "|b1";
+    case syncmem::dtype::int8:
+      return "|i1";
+    case syncmem::dtype::uint8:
+      return "|u1";
+    case syncmem::dtype::int16:
+      return "<i2";
+    case syncmem::dtype::int32:
+      return "<i4";
+    case syncmem::dtype::int64:
+      return "<i8";
+    case syncmem::dtype::float16:
+      return "<f2";
+    case syncmem::dtype::float32:
+      return "<f4";
+    case syncmem::dtype::float64:
+      return "<f8";
+    case syncmem::dtype::bfloat16:
+      break;
   }
   return nullptr;
 }
@@ -382,8 +392,8 @@ std::string header_of(const tensor& t, npy_options options, std::string_view con
                               t.to_string(), to_string(t.dtype())));
   }
   if (options.version < 0 || options.version > 3) {
-    fail(context, fmt::format("npy_options::version is {}; valid versions are 1, 2 and 3 (0 chooses)",
-                              options.version));
+    fail(context,
+         fmt::format("npy_options::version is {}; valid versions are 1, 2 and 3 (0 chooses)", options.version));
   }
   const auto extents = t.shape().extents();
   std::string shape_text;
@@ -512,8 +522,7 @@ tensor load_npy(const std::filesystem::path& path, device_id device, synced_memo
     if (major >= 1 && major <= 3 && head.size() >= prefix_bytes(major)) {
       const std::size_t prefix = prefix_bytes(major);
       const std::size_t header_length = read_le(head, 8, prefix - 8);
-      const std::size_t wanted =
-          std::min<std::uintmax_t>(size, prefix + std::min(header_length, max_header_bytes + 1));
+      const std::size_t wanted = std::min<std::uintmax_t>(size, prefix + std::min(header_length, max_header_bytes + 1));
       const std::size_t have = head.size();
       if (wanted > have) {
         head.resize(wanted);

@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "backend.hpp"
-#include "host_math.hpp"
-#include "kernels.hpp"
+#include "backend/backend.hpp"
+#include "backend/host_math.hpp"
+#include "backend/kernels.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -53,7 +53,7 @@ void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, 
   const sync_state dst_state = dst.state();
   const bool src_on_device =
       src_state == sync_state::at_device || (src_state == sync_state::synced && dst_state != sync_state::at_host);
-  const bool dst_on_device = dst_state == sync_state::at_device  ? true
+  const bool dst_on_device = dst_state == sync_state::at_device ? true
                              : dst_state == sync_state::at_host ? false
                                                                 : src_on_device;
   if (!src_on_device && !dst_on_device) {
@@ -103,16 +103,26 @@ void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, 
 
 double element_as_double(dtype type, const void* p, std::size_t i) {
   switch (type) {
-    case dtype::bool_: return static_cast<const std::uint8_t*>(p)[i] != 0 ? 1.0 : 0.0;
-    case dtype::int8: return static_cast<const std::int8_t*>(p)[i];
-    case dtype::uint8: return static_cast<const std::uint8_t*>(p)[i];
-    case dtype::int16: return static_cast<const std::int16_t*>(p)[i];
-    case dtype::int32: return static_cast<const std::int32_t*>(p)[i];
-    case dtype::int64: return static_cast<double>(static_cast<const std::int64_t*>(p)[i]);
-    case dtype::float16: return static_cast<float>(static_cast<const float16*>(p)[i]);
-    case dtype::bfloat16: return static_cast<float>(static_cast<const bfloat16*>(p)[i]);
-    case syncmem::dtype::float32: return static_cast<const float*>(p)[i];
-    case syncmem::dtype::float64: return static_cast<const double*>(p)[i];
+    case dtype::bool_:
+      return static_cast<const std::uint8_t*>(p)[i] != 0 ? 1.0 : 0.0;
+    case dtype::int8:
+      return static_cast<const std::int8_t*>(p)[i];
+    case dtype::uint8:
+      return static_cast<const std::uint8_t*>(p)[i];
+    case dtype::int16:
+      return static_cast<const std::int16_t*>(p)[i];
+    case dtype::int32:
+      return static_cast<const std::int32_t*>(p)[i];
+    case dtype::int64:
+      return static_cast<double>(static_cast<const std::int64_t*>(p)[i]);
+    case dtype::float16:
+      return static_cast<float>(static_cast<const float16*>(p)[i]);
+    case dtype::bfloat16:
+      return static_cast<float>(static_cast<const bfloat16*>(p)[i]);
+    case syncmem::dtype::float32:
+      return static_cast<const float*>(p)[i];
+    case syncmem::dtype::float64:
+      return static_cast<const double*>(p)[i];
   }
   return 0;
 }
@@ -131,19 +141,18 @@ tensor::tensor(syncmem::dtype type, const syncmem::shape& s, device_id device, s
   storage_ = std::make_shared<synced_memory>(checked_bytes(type, s), device, std::move(options));
 }
 
-tensor::tensor(syncmem::dtype type, const syncmem::shape& s, std::shared_ptr<synced_memory> storage,
-               std::size_t offset)
+tensor::tensor(syncmem::dtype type, const syncmem::shape& s, std::shared_ptr<synced_memory> storage, std::size_t offset)
     : shape_{s}, offset_{offset}, count_{s.count()}, dtype_{type} {
-  SYNCMEM_EXPECTS(storage != nullptr, fmt::format("tensor of shape {} and dtype {}: the storage is null",
-                                                  s.to_string(), syncmem::to_string(type)));
+  SYNCMEM_EXPECTS(storage != nullptr, fmt::format("tensor of shape {} and dtype {}: the storage is null", s.to_string(),
+                                                  syncmem::to_string(type)));
   const std::size_t bytes = checked_bytes(type, s);
   SYNCMEM_EXPECTS(offset % size_of(type) == 0,
                   fmt::format("tensor of dtype {}: storage offset {} is not a multiple of the element size {}",
                               syncmem::to_string(type), offset, size_of(type)));
-  SYNCMEM_EXPECTS(bytes <= storage->size() && offset <= storage->size() - bytes,
-                  fmt::format("tensor of shape {} and dtype {}: bytes [{}, {}) do not fit in storage '{}' of {} bytes",
-                              s.to_string(), syncmem::to_string(type), offset, offset + bytes, storage->label(),
-                              storage->size()));
+  SYNCMEM_EXPECTS(
+      bytes <= storage->size() && offset <= storage->size() - bytes,
+      fmt::format("tensor of shape {} and dtype {}: bytes [{}, {}) do not fit in storage '{}' of {} bytes",
+                  s.to_string(), syncmem::to_string(type), offset, offset + bytes, storage->label(), storage->size()));
   storage_ = std::move(storage);
 }
 
@@ -235,9 +244,15 @@ std::uint64_t tensor::converted_bits(fill_value v) const {
   if (is_floating_point(dtype_)) {
     double d = 0;
     switch (v.what) {
-      case kind::signed_integer: d = static_cast<double>(v.i); break;
-      case kind::unsigned_integer: d = static_cast<double>(v.u); break;
-      case kind::floating: d = v.f; break;
+      case kind::signed_integer:
+        d = static_cast<double>(v.i);
+        break;
+      case kind::unsigned_integer:
+        d = static_cast<double>(v.u);
+        break;
+      case kind::floating:
+        d = v.f;
+        break;
     }
     if (dtype_ == dtype::float64) return std::bit_cast<std::uint64_t>(d);
     // Past the largest finite value the conversion would overflow (PyTorch refuses it too).
@@ -263,12 +278,23 @@ std::uint64_t tensor::converted_bits(fill_value v) const {
     high = static_cast<std::uint64_t>(std::numeric_limits<T>::max());
   };
   switch (dtype_) {
-    case dtype::bool_: break;
-    case dtype::int8: limits.operator()<std::int8_t>(); break;
-    case dtype::uint8: limits.operator()<std::uint8_t>(); break;
-    case dtype::int16: limits.operator()<std::int16_t>(); break;
-    case dtype::int32: limits.operator()<std::int32_t>(); break;
-    default: limits.operator()<std::int64_t>(); break;
+    case dtype::bool_:
+      break;
+    case dtype::int8:
+      limits.operator()<std::int8_t>();
+      break;
+    case dtype::uint8:
+      limits.operator()<std::uint8_t>();
+      break;
+    case dtype::int16:
+      limits.operator()<std::int16_t>();
+      break;
+    case dtype::int32:
+      limits.operator()<std::int32_t>();
+      break;
+    default:
+      limits.operator()<std::int64_t>();
+      break;
   }
   const auto range = [&] { return fmt::format("it lies outside [{}, {}]", low, high); };
   std::int64_t value = 0;
@@ -294,10 +320,14 @@ std::uint64_t tensor::converted_bits(fill_value v) const {
       break;
   }
   switch (size_of(dtype_)) {
-    case 1: return static_cast<std::uint8_t>(value);
-    case 2: return static_cast<std::uint16_t>(value);
-    case 4: return static_cast<std::uint32_t>(value);
-    default: return static_cast<std::uint64_t>(value);
+    case 1:
+      return static_cast<std::uint8_t>(value);
+    case 2:
+      return static_cast<std::uint16_t>(value);
+    case 4:
+      return static_cast<std::uint32_t>(value);
+    default:
+      return static_cast<std::uint64_t>(value);
   }
 }
 
@@ -375,12 +405,12 @@ tensor tensor::view(const syncmem::shape& s) const {
 }
 
 tensor tensor::slice(std::int64_t begin, std::int64_t end) const {
-  SYNCMEM_EXPECTS(num_axes() >= 1, fmt::format("{}: slice({}, {}) needs a first axis; the tensor has none", describe(),
-                                               begin, end));
+  SYNCMEM_EXPECTS(num_axes() >= 1,
+                  fmt::format("{}: slice({}, {}) needs a first axis; the tensor has none", describe(), begin, end));
   const std::int64_t rows = shape_[0];
-  SYNCMEM_EXPECTS(begin >= 0 && begin <= end && end <= rows,
-                  fmt::format("{}: slice({}, {}) is out of range: it needs 0 <= begin <= end <= {}", describe(), begin,
-                              end, rows));
+  SYNCMEM_EXPECTS(
+      begin >= 0 && begin <= end && end <= rows,
+      fmt::format("{}: slice({}, {}) is out of range: it needs 0 <= begin <= end <= {}", describe(), begin, end, rows));
   const std::int64_t row = shape_.count(1);
   tensor v{*this};
   v.shape_ = shape_.with_extent(0, end - begin);
@@ -454,10 +484,10 @@ void tensor::copy_impl(const tensor& source, const stream_view* s) {
   if (source.storage_ == storage_) {
     if (source.offset_ == offset_) return;  // the same elements
     const bool disjoint = source.offset_ + nbytes() <= offset_ || offset_ + nbytes() <= source.offset_;
-    SYNCMEM_EXPECTS(disjoint, fmt::format("{}: copy_from a view that overlaps it (bytes [{}, {}) into [{}, {}) of "
-                                          "one storage)",
-                                          describe(), source.offset_, source.offset_ + nbytes(), offset_,
-                                          offset_ + nbytes()));
+    SYNCMEM_EXPECTS(disjoint,
+                    fmt::format("{}: copy_from a view that overlaps it (bytes [{}, {}) into [{}, {}) of "
+                                "one storage)",
+                                describe(), source.offset_, source.offset_ + nbytes(), offset_, offset_ + nbytes()));
   }
   copy_range(*storage_, offset_, *source.storage_, source.offset_, nbytes(), s);
 }
@@ -491,8 +521,7 @@ void tensor::zero_bytes(const stream_view* s) {
   const stream_view stream = s != nullptr ? *s : default_stream(storage_->device());
   void* p = mutable_device_data(stream);
   device_guard guard{stream.device()};
-  detail::backend_for(stream.device())
-      .memset_async(p, 0, nbytes(), stream.device().index(), stream.native_handle());
+  detail::backend_for(stream.device()).memset_async(p, 0, nbytes(), stream.device().index(), stream.native_handle());
 }
 
 bool allclose(const tensor& a, const tensor& b, double rtol, double atol, bool equal_nan) {

@@ -13,18 +13,18 @@
 
 #include <fmt/format.h>
 
-#include "backend.hpp"
-#include "copy_internal.hpp"
-#include "event_pool.hpp"
-#include "host_copy_pool.hpp"
-#include "release_at_exit.hpp"
-#include "log.hpp"
+#include "backend/backend.hpp"
+#include "core/event_pool.hpp"
+#include "core/log.hpp"
+#include "core/release_at_exit.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
 #include "syncmem/memory_kind.hpp"
 #include "syncmem/mr/caching_pinned_resource.hpp"
+#include "transfer/copy_internal.hpp"
+#include "transfer/host_copy_pool.hpp"
 
 namespace syncmem {
 
@@ -83,17 +83,18 @@ engine& the_engine() {
 
 void check_options(const copy_options& o) {
   SYNCMEM_EXPECTS(o.min_chunk >= 1, "copy_options::min_chunk is 0: it must be at least 1 byte");
-  SYNCMEM_EXPECTS(o.max_chunk >= o.min_chunk,
-                  fmt::format("copy_options::max_chunk is {}: it must be at least min_chunk ({})", o.max_chunk,
-                              o.min_chunk));
+  SYNCMEM_EXPECTS(
+      o.max_chunk >= o.min_chunk,
+      fmt::format("copy_options::max_chunk is {}: it must be at least min_chunk ({})", o.max_chunk, o.min_chunk));
   SYNCMEM_EXPECTS(o.staging_buffers >= 1 && o.staging_buffers <= 64,
                   fmt::format("copy_options::staging_buffers is {}: valid range is 1..64", o.staging_buffers));
   SYNCMEM_EXPECTS(o.host_threads >= 0 && o.host_threads <= 64,
-                  fmt::format("copy_options::host_threads is {}: valid range is 0..64 (0: automatic)",
-                              o.host_threads));
+                  fmt::format("copy_options::host_threads is {}: valid range is 0..64 (0: automatic)", o.host_threads));
 }
 
-int threads_of(const copy_options& o) { return o.host_threads > 0 ? o.host_threads : host_copy_pool::default_threads(); }
+int threads_of(const copy_options& o) {
+  return o.host_threads > 0 ? o.host_threads : host_copy_pool::default_threads();
+}
 
 // A stream of the engine's own on `device`, for the half of a staged peer copy
 // that does not run on the caller's stream.
@@ -138,9 +139,10 @@ bool peer_usable(device_id a, device_id b) {
   } catch (const std::exception& ex) {
     if (!e.peer_warning_given) {
       e.peer_warning_given = true;
-      detail::logger().warn("peer access between {} and {} could not be enabled ({}); copies between them are "
-                            "staged through pinned host memory",
-                            to_string(a), to_string(b), ex.what());
+      detail::logger().warn(
+          "peer access between {} and {} could not be enabled ({}); copies between them are "
+          "staged through pinned host memory",
+          to_string(a), to_string(b), ex.what());
     }
     usable = false;
   }
@@ -310,7 +312,7 @@ class event_slots {
 
 // ---- the paths --------------------------------------------------------------------------
 
-std::atomic<std::uint64_t> staged_upload_dmas{0};  // see detail::staged_upload_dma_count
+std::atomic<std::uint64_t> staged_upload_dmas{0};                   // see detail::staged_upload_dma_count
 std::atomic<std::uint64_t> staged_uploads_with_ordinary_stores{0};  // see detail::ordinary_store_upload_count
 std::atomic<std::uint64_t> staged_downloads_demoting{0};            // see detail::demoting_download_count
 std::atomic<std::uint64_t> staged_downloads_on_alternate_half{0};   // see detail::alternate_half_download_count
@@ -376,8 +378,8 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // Stores: a large upload writes its middle chunks with ordinary stores, since
 // streaming stores (which write memory) slow the DMAs beside them, and keeps
 // every thread, without pacing.
-transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
-                          const copy_options& o, const detail::staging_thresholds& t) {
+transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s, const copy_options& o,
+                          const detail::staging_thresholds& t) {
   const int threads = detail::upload_threads(bytes, o, t);
   host_copy_pool::instance().wake(threads);
   wait_for(s);  // (a): earlier work on s may still write the source
@@ -387,8 +389,8 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   std::optional<staging_ring> ring{std::in_place, o, count, largest, s};
   event_slots sent{count};
   {
-    host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src,
-                            chunks, threads};
+    host_copy_pool::job job{
+        host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src, chunks, threads};
     // With three buffers or more, every DMA gets an event (in the slot of each
     // chunk it carries), the host copies are paced to the link, and DMAs are
     // merged while it is busy (see the notes above).
@@ -455,8 +457,8 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
 // and uses its halves in turn, so that its first DMAs land in buffers the
 // cores read a whole download ago, not in those the last download read at its
 // end (transfer/d2h, bench/results/h200).
-transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
-                        const copy_options& o, const detail::staging_thresholds& t) {
+transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s, const copy_options& o,
+                        const detail::staging_thresholds& t) {
   std::size_t largest = 0;
   const auto chunks = detail::plan_chunks(bytes, o, detail::chunk_growth::doubling, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
@@ -477,8 +479,8 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
   host_copy_pool::instance().wake(threads);
   if (second) staged_downloads_on_alternate_half.fetch_add(1, std::memory_order_relaxed);
   {
-    host_copy_pool::job job{host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, dst, nullptr,
-                            chunks, threads};
+    host_copy_pool::job job{
+        host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, dst, nullptr, chunks, threads};
     if (demoting) {
       staged_downloads_demoting.fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -502,8 +504,8 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
 // stream of the source device and up on a stream of the destination device,
 // through a ring of pinned buffers, ordered by events alone: all of it is
 // enqueued before returning and nothing waits on the host.
-transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s,
-                                device_id from, device_id to, const copy_options& o) {
+transfer staged_between_devices(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s, device_id from,
+                                device_id to, const copy_options& o) {
   const stream_view down = s.device() == from ? s : engine_stream(from);
   const stream_view up = s.device() == to ? s : engine_stream(to);
   std::size_t largest = 0;
@@ -648,16 +650,24 @@ std::uint64_t detail::alternate_half_download_count() noexcept {
 
 // ---- public ------------------------------------------------------------------------------
 
-std::string_view to_string(copy_path path) noexcept {
+std::string to_string(copy_path path) {
   switch (path) {
-    case copy_path::none: return "none";
-    case copy_path::host_memcpy: return "host_memcpy";
-    case copy_path::dma: return "dma";
-    case copy_path::staged_to_device: return "staged_to_device";
-    case copy_path::staged_to_host: return "staged_to_host";
-    case copy_path::peer_dma: return "peer_dma";
-    case copy_path::peer_staged: return "peer_staged";
-    case copy_path::across_backends: return "across_backends";
+    case copy_path::none:
+      return "none";
+    case copy_path::host_memcpy:
+      return "host_memcpy";
+    case copy_path::dma:
+      return "dma";
+    case copy_path::staged_to_device:
+      return "staged_to_device";
+    case copy_path::staged_to_host:
+      return "staged_to_host";
+    case copy_path::peer_dma:
+      return "peer_dma";
+    case copy_path::peer_staged:
+      return "peer_staged";
+    case copy_path::across_backends:
+      return "across_backends";
   }
   return "unknown";
 }
@@ -677,8 +687,8 @@ void set_copy_options(const copy_options& options) {
 
 mr::caching_pinned_resource& staging_resource(device_kind backend) {
   if (device_count(backend) == 0) {
-    SYNCMEM_UNSUPPORTED(fmt::format("staging_resource: no {} devices ({})", to_string(backend),
-                                    why_no_devices(backend)));
+    SYNCMEM_UNSUPPORTED(
+        fmt::format("staging_resource: no {} devices ({})", to_string(backend), why_no_devices(backend)));
   }
   auto& e = the_engine();
   const auto i = static_cast<std::size_t>(backend);
@@ -729,9 +739,9 @@ transfer detail::copy_async_with(void* dst, const void* src, std::size_t bytes, 
                   fmt::format("copy_async: the destination range [{}, +{}) wraps the address space", dst, bytes));
   SYNCMEM_EXPECTS(s <= UINTPTR_MAX - bytes,
                   fmt::format("copy_async: the source range [{}, +{}) wraps the address space", src, bytes));
-  SYNCMEM_EXPECTS(d + bytes <= s || s + bytes <= d,
-                  fmt::format("copy_async: the destination [{}, +{}) and the source [{}, +{}) overlap", dst, bytes,
-                              src, bytes));
+  SYNCMEM_EXPECTS(
+      d + bytes <= s || s + bytes <= d,
+      fmt::format("copy_async: the destination [{}, +{}) and the source [{}, +{}) overlap", dst, bytes, src, bytes));
   check_device(stream.device());
   const device_kind backend = stream.device().kind();
   const side to = classify(dst, backend);

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "host_copy_pool.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/memory_kind.hpp"
+#include "transfer/host_copy_pool.hpp"
 
 namespace syncmem::detail {
 

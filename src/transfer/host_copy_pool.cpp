@@ -1,4 +1,4 @@
-#include "host_copy_pool.hpp"
+#include "transfer/host_copy_pool.hpp"
 
 #include <algorithm>
 #include <array>
@@ -260,8 +260,12 @@ void host_copy_pool::copy(void* dst, const void* src, std::size_t bytes, int thr
     copy_piece(dst, src, bytes);
     return;
   }
-  job j{*this, job::direction::host_to_host, static_cast<std::byte*>(dst), static_cast<const std::byte*>(src),
-        {{0, bytes}}, threads};
+  job j{*this,
+        job::direction::host_to_host,
+        static_cast<std::byte*>(dst),
+        static_cast<const std::byte*>(src),
+        {{0, bytes}},
+        threads};
   j.open(0, nullptr, nullptr);
   j.finish(0);
 }
@@ -460,7 +464,9 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
         // Demoted before the next DMA into the buffer, once the piece is reported done.
         if (demote_staging_) pending.add(state.staging + in_chunk, pc.bytes);
         break;
-      case direction::host_to_host: copy_piece(dst_ + pc.offset, src_ + pc.offset, pc.bytes); break;
+      case direction::host_to_host:
+        copy_piece(dst_ + pc.offset, src_ + pc.offset, pc.bytes);
+        break;
     }
   }
   const bool chunk_done = state.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1;
@@ -512,7 +518,7 @@ void host_copy_pool::job::stop() noexcept {
   stopped_ = true;
   pending.flush_all();  // what the caller read (the pool threads demote theirs when they next wait)
   const std::size_t claimed = next_.exchange(pieces_.size() + 1);  // nothing more can be claimed
-  if (slot_ >= 0) pool_.withdraw(slot_);  // no pool thread touches the job any more
+  if (slot_ >= 0) pool_.withdraw(slot_);                           // no pool thread touches the job any more
   slot_ = -1;
   const std::size_t started = std::min(claimed, pieces_.size());
   while (done_.load(std::memory_order_acquire) < started) std::this_thread::yield();

@@ -208,21 +208,21 @@ class host_copy_pool::job {
   std::vector<piece> pieces_;
   std::unique_ptr<chunk_state[]> chunks_;
   std::size_t chunk_count_;
-  int helpers_most_;                    // pool threads at most, not counting the caller
-  std::atomic<int> helpers_allowed_;    // pool threads now (set_helpers), up to helpers_most_
-  std::atomic<int> helpers_{0};         // pool threads working on it
-  std::atomic<std::size_t> next_{0};    // the first piece not claimed
-  std::atomic<std::size_t> opened_{0};  // pieces that may be claimed: those of the open chunks
-  std::atomic<std::size_t> done_{0};    // pieces run (copied, or skipped after an error)
+  int helpers_most_;                      // pool threads at most, not counting the caller
+  std::atomic<int> helpers_allowed_;      // pool threads now (set_helpers), up to helpers_most_
+  std::atomic<int> helpers_{0};           // pool threads working on it
+  std::atomic<std::size_t> next_{0};      // the first piece not claimed
+  std::atomic<std::size_t> opened_{0};    // pieces that may be claimed: those of the open chunks
+  std::atomic<std::size_t> done_{0};      // pieces run (copied, or skipped after an error)
   std::atomic<std::uint32_t> signal_{0};  // bumped when a chunk completes or the job fails
   std::atomic<bool> error_taken_{false};  // one thread writes error_
   std::atomic<bool> failed_{false};       // set after error_ is written
   std::exception_ptr error_;
   std::size_t opened_chunks_ = 0;
-  bool demote_staging_ = true;    // from_staging: demote what it has read
-  std::size_t ordinary_from_;  // to_staging: chunks from here memcpy, not copy_piece (set_stores)
-  std::size_t demoted_from_;   // to_staging: chunks from here memcpy and demote
-  int slot_ = -1;  // in the pool, while pool threads may help
+  bool demote_staging_ = true;  // from_staging: demote what it has read
+  std::size_t ordinary_from_;   // to_staging: chunks from here memcpy, not copy_piece (set_stores)
+  std::size_t demoted_from_;    // to_staging: chunks from here memcpy and demote
+  int slot_ = -1;               // in the pool, while pool threads may help
   bool stopped_ = false;
 };
 

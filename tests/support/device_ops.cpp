@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/device_id.hpp"
@@ -62,7 +62,8 @@ stream_latch::stream_latch(stream_view s, std::chrono::seconds limit) : state_{s
 
 stream_latch::~stream_latch() {
   release();
-  if (timed_out()) ADD_FAILURE() << "a stream_latch was not released within its limit: the test blocked on the held stream";
+  if (timed_out())
+    ADD_FAILURE() << "a stream_latch was not released within its limit: the test blocked on the held stream";
 }
 
 void stream_latch::release() {

@@ -24,8 +24,7 @@ __global__ void add_bytes_kernel(std::uint8_t* p, std::size_t bytes, std::uint8_
 
 __global__ void sleep_kernel(long long cycles) {
   const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
+  while (clock64() - start < cycles) {}
 }
 
 unsigned blocks_for(std::size_t bytes) {

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device_guard.hpp"
@@ -57,8 +57,8 @@ inline ::testing::AssertionResult holds_pattern(memory_kind kind, stream_view s,
   }
   for (std::size_t i = 0; i < n; ++i) {
     if (copy[i] != pattern_byte(seed, i)) {
-      return ::testing::AssertionFailure() << "byte " << i << " of " << n << " is " << int{copy[i]} << ", expected "
-                                           << int{pattern_byte(seed, i)};
+      return ::testing::AssertionFailure()
+             << "byte " << i << " of " << n << " is " << int{copy[i]} << ", expected " << int{pattern_byte(seed, i)};
     }
   }
   return ::testing::AssertionSuccess();

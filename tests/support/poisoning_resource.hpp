@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 

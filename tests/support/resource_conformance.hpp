@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/backend.hpp"
+#include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "memory_pattern.hpp"
 #include "pattern.hpp"
@@ -91,8 +91,8 @@ TYPED_TEST_P(resource_conformance, RefusesBadArguments) {
   if (this->resource().device()) {
     // A stream of another device is refused, naming both.
     const auto here = *this->resource().device();
-    const device_id other = here.kind() == device_kind::emulated ? device_id::emulated((here.index() + 1) % 3)
-                                                                 : device_id::emulated(0);
+    const device_id other =
+        here.kind() == device_kind::emulated ? device_id::emulated((here.index() + 1) % 3) : device_id::emulated(0);
     if (other != here) {
       try {
         (void)this->resource().allocate(64, default_stream(other));
@@ -208,7 +208,8 @@ TYPED_TEST_P(resource_conformance, CrossStreamReuseWaitsForTheFreeingStream) {
     const auto seed = fresh_seed();
     device_fill_pattern(second, q, bytes, seed);
     first.synchronize();
-    EXPECT_TRUE(holds_pattern(this->kind(), second, q, bytes, seed)) << "round " << round << (p == q ? " (same block)" : "");
+    EXPECT_TRUE(holds_pattern(this->kind(), second, q, bytes, seed))
+        << "round " << round << (p == q ? " (same block)" : "");
     this->resource().deallocate(q, bytes, second);
   }
 }
@@ -303,9 +304,8 @@ TYPED_TEST_P(resource_conformance, StatisticsAdaptorCountsExactly) {
   EXPECT_EQ(counted.statistics().failed_allocations, 0);
 }
 
-REGISTER_TYPED_TEST_SUITE_P(resource_conformance, ZeroBytesIsNullAndFreeOfNullIsNothing,
-                            HonoursEveryAlignmentItAccepts, RefusesBadArguments,
-                            LiveBlocksAreDistinctAndKeepTheirContents, ManyThreadsOnManyStreams,
+REGISTER_TYPED_TEST_SUITE_P(resource_conformance, ZeroBytesIsNullAndFreeOfNullIsNothing, HonoursEveryAlignmentItAccepts,
+                            RefusesBadArguments, LiveBlocksAreDistinctAndKeepTheirContents, ManyThreadsOnManyStreams,
                             CrossStreamReuseWaitsForTheFreeingStream, FailureAdaptorLeavesItConsistent,
                             StatisticsAdaptorCountsExactly);
 

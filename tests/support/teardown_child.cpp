@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "syncmem/syncmem.hpp"
 #include "syncmem/event.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/synced_memory.hpp"
+#include "syncmem/syncmem.hpp"
 
 namespace {
 

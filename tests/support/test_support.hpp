@@ -90,20 +90,20 @@ class device_test : public ::testing::Test {
 
 // In a typed device_test body: skips the test (returning from it) unless `n`
 // devices of the suite's kind exist.
-#define SYNCMEM_REQUIRE_COUNT(n)                                                          \
-  do {                                                                                    \
-    this->require(n);                                                                     \
-    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return;       \
+#define SYNCMEM_REQUIRE_COUNT(n)                                                    \
+  do {                                                                              \
+    this->require(n);                                                               \
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return; \
   } while (false)
 
 // In a test body: skips unless `n` devices of `kind` exist.
-#define SYNCMEM_REQUIRE_DEVICES(kind, n)                                                          \
-  do {                                                                                            \
-    if (::syncmem::device_count(kind) < (n)) {                                                    \
-      if ((kind) == ::syncmem::device_kind::cuda && ::syncmem::test::cuda_required() &&           \
-          ::syncmem::device_count(kind) == 0) {                                                   \
-        FAIL() << "SYNCMEM_REQUIRE_CUDA is set but there is no CUDA device";                      \
-      }                                                                                           \
-      GTEST_SKIP() << "needs " << (n) << " device(s) of kind " << ::syncmem::to_string(kind);     \
-    }                                                                                             \
+#define SYNCMEM_REQUIRE_DEVICES(kind, n)                                                      \
+  do {                                                                                        \
+    if (::syncmem::device_count(kind) < (n)) {                                                \
+      if ((kind) == ::syncmem::device_kind::cuda && ::syncmem::test::cuda_required() &&       \
+          ::syncmem::device_count(kind) == 0) {                                               \
+        FAIL() << "SYNCMEM_REQUIRE_CUDA is set but there is no CUDA device";                  \
+      }                                                                                       \
+      GTEST_SKIP() << "needs " << (n) << " device(s) of kind " << ::syncmem::to_string(kind); \
+    }                                                                                         \
   } while (false)

@@ -300,8 +300,8 @@ bench_results run_benchmarks(const bench_request& request) {
   // About 0.2 s of setup per benchmark plus 2.5 times its minimum time, as
   // quick (0.22 s each) and full (0.7 s each) runs took on an emulated device.
   const double expected_s = static_cast<double>(names.size()) * request.rounds * (0.2 + 2.5 * o.min_time());
-  fmt::print("syncmem bench: {} benchmark{}{} on {}{}; expect about {}{}\n", names.size(),
-             names.size() == 1 ? "" : "s", request.rounds > 1 ? fmt::format(", {} rounds", request.rounds) : std::string{},
+  fmt::print("syncmem bench: {} benchmark{}{} on {}{}; expect about {}{}\n", names.size(), names.size() == 1 ? "" : "s",
+             request.rounds > 1 ? fmt::format(", {} rounds", request.rounds) : std::string{},
              fmt::join(results.devices, ", "), results.gpu ? "" : " (no GPU: the figures will not be GPU figures)",
              format_duration(expected_s), request.quick ? "" : " (--quick: a few seconds per suite)");
   std::fflush(stdout);

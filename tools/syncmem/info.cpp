@@ -50,12 +50,12 @@ nlohmann::json to_json(const allocator_config& c) {
   if (c.options) {
     const auto& o = *c.options;
     constexpr auto unlimited = std::numeric_limits<std::size_t>::max();
-    out["options"] = {{"max_split_bytes", o.max_split_size == unlimited ? nlohmann::json(nullptr)
-                                                                        : nlohmann::json(o.max_split_size)},
-                      {"expandable", o.expandable},
-                      {"limit_bytes", o.limit ? nlohmann::json(*o.limit) : nlohmann::json(nullptr)},
-                      {"thread_cache_bytes", o.thread_cache_size},
-                      {"text", o.to_string()}};
+    out["options"] = {
+        {"max_split_bytes", o.max_split_size == unlimited ? nlohmann::json(nullptr) : nlohmann::json(o.max_split_size)},
+        {"expandable", o.expandable},
+        {"limit_bytes", o.limit ? nlohmann::json(*o.limit) : nlohmann::json(nullptr)},
+        {"thread_cache_bytes", o.thread_cache_size},
+        {"text", o.to_string()}};
   } else {
     out["error"] = c.error;
   }

@@ -119,13 +119,24 @@ std::string case_table_html(const bench_case& c) {
     for (const auto& cell : row) {
       const char* cls = "";
       switch (cell.what) {
-        case table_cell::kind::name: cls = "name"; break;
-        case table_cell::kind::ours: cls = "ours"; break;
-        case table_cell::kind::failed: cls = "failed"; break;
-        case table_cell::kind::better: cls = "better"; break;
-        case table_cell::kind::worse: cls = "worse"; break;
+        case table_cell::kind::name:
+          cls = "name";
+          break;
+        case table_cell::kind::ours:
+          cls = "ours";
+          break;
+        case table_cell::kind::failed:
+          cls = "failed";
+          break;
+        case table_cell::kind::better:
+          cls = "better";
+          break;
+        case table_cell::kind::worse:
+          cls = "worse";
+          break;
         case table_cell::kind::figure:
-        case table_cell::kind::none: break;
+        case table_cell::kind::none:
+          break;
       }
       const std::string title = cell.note.empty() ? "" : fmt::format(" title=\"{}\"", escape(cell.note));
       out += fmt::format("<td class=\"{}\"{}>{}</td>", cls, title,

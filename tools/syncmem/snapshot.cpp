@@ -80,9 +80,15 @@ snapshot_segment parse_segment(const json_at& j, snapshot& s) {
     }
     covered += b.size;
     switch (b.state) {
-      case block_state::allocated: s.totals.allocated += b.size; break;
-      case block_state::free: s.totals.free += b.size; break;
-      case block_state::pending: s.totals.pending += b.size; break;
+      case block_state::allocated:
+        s.totals.allocated += b.size;
+        break;
+      case block_state::free:
+        s.totals.free += b.size;
+        break;
+      case block_state::pending:
+        s.totals.pending += b.size;
+        break;
     }
   }
   if (covered != seg.size) {
@@ -97,9 +103,12 @@ snapshot_segment parse_segment(const json_at& j, snapshot& s) {
 
 std::string_view to_string(block_state state) noexcept {
   switch (state) {
-    case block_state::allocated: return "allocated";
-    case block_state::free: return "free";
-    case block_state::pending: return "pending";
+    case block_state::allocated:
+      return "allocated";
+    case block_state::free:
+      return "free";
+    case block_state::pending:
+      return "pending";
   }
   return "unknown";
 }

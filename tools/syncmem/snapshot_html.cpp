@@ -20,9 +20,12 @@ constexpr double char_width = 6.6;
 
 const char* fill(block_state s) {
   switch (s) {
-    case block_state::allocated: return "#4e79a7";
-    case block_state::pending: return "#f28e2b";
-    case block_state::free: return "#dcdcdc";
+    case block_state::allocated:
+      return "#4e79a7";
+    case block_state::pending:
+      return "#f28e2b";
+    case block_state::free:
+      return "#dcdcdc";
   }
   return "#ffffff";
 }
@@ -31,9 +34,12 @@ const char* text_color(block_state s) { return s == block_state::free ? "#333" :
 
 std::string state_words(block_state s) {
   switch (s) {
-    case block_state::allocated: return "allocated";
-    case block_state::pending: return "pending (freed, waiting for a stream)";
-    case block_state::free: return "free";
+    case block_state::allocated:
+      return "allocated";
+    case block_state::pending:
+      return "pending (freed, waiting for a stream)";
+    case block_state::free:
+      return "free";
   }
   return "";
 }

@@ -29,9 +29,12 @@ struct range {
 
   [[nodiscard]] double f(double v) const {
     switch (kind) {
-      case scale::log10: return std::log10(v);
-      case scale::log2: return std::log2(v);
-      case scale::linear: break;
+      case scale::log10:
+        return std::log10(v);
+      case scale::log2:
+        return std::log2(v);
+      case scale::linear:
+        break;
     }
     return v;
   }
@@ -132,12 +135,23 @@ std::string escape(std::string_view text) {
   out.reserve(text.size());
   for (const char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;

@@ -20,7 +20,7 @@ enum class block_state : std::uint8_t {
 };
 
 /// @brief "allocated", "free", "pending".
-[[nodiscard]] std::string_view to_string(block_state state) noexcept;
+[[nodiscard]] std::string to_string(block_state state);
 
 /// @brief A snapshot of a caching allocator. Its JSON form (to_json) is the
 /// schema `syncmem.snapshot/1`:
@@ -53,13 +53,13 @@ struct allocator_snapshot {
     std::vector<block> blocks;
   };
 
-  std::string device;       ///< "cuda:0"
-  std::string resource;     ///< "caching_resource(cuda:0)"
-  std::string captured_at;  ///< UTC, ISO 8601: "2026-11-20T12:00:00Z"
-  std::size_t reserved = 0;   ///< bytes reserved from the device
-  std::size_t allocated = 0;  ///< bytes in allocated blocks
-  std::size_t free = 0;       ///< bytes in free blocks
-  std::size_t pending = 0;    ///< bytes in pending blocks
+  std::string device;             ///< "cuda:0"
+  std::string resource;           ///< "caching_resource(cuda:0)"
+  std::string captured_at;        ///< UTC, ISO 8601: "2026-11-20T12:00:00Z"
+  std::size_t reserved = 0;       ///< bytes reserved from the device
+  std::size_t allocated = 0;      ///< bytes in allocated blocks
+  std::size_t free = 0;           ///< bytes in free blocks
+  std::size_t pending = 0;        ///< bytes in pending blocks
   std::vector<segment> segments;  ///< in address order
 
   /// @brief The JSON form (schema above); `indent` < 0 writes one line.

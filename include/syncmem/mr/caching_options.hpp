@@ -57,8 +57,7 @@ struct caching_options {
   /// @brief Parses `text` (see the class comment). `source` names where the
   /// text came from in error messages.
   /// @throws syncmem::logic_error naming the bad key or value and what is valid
-  [[nodiscard]] static caching_options parse(std::string_view text,
-                                             std::string_view source = "caching_options");
+  [[nodiscard]] static caching_options parse(std::string_view text, std::string_view source = "caching_options");
   /// @brief The options of SYNCMEM_ALLOC_CONF; the defaults when it is unset or empty.
   /// @throws syncmem::logic_error when it is malformed (names the variable, the key or value)
   [[nodiscard]] static caching_options from_environment();

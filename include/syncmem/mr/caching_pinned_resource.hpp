@@ -37,10 +37,10 @@ struct caching_pinned_options {
 
 /// @brief What a caching_pinned_resource holds and has done.
 struct caching_pinned_statistics {
-  std::uint64_t allocations = 0;  ///< calls that returned memory
-  std::uint64_t hits = 0;         ///< served from a cached block
-  std::uint64_t misses = 0;       ///< served by pinning a new block (or by the pageable fallback)
-  std::uint64_t fallbacks = 0;    ///< served with pageable memory because pinning failed
+  std::uint64_t allocations = 0;      ///< calls that returned memory
+  std::uint64_t hits = 0;             ///< served from a cached block
+  std::uint64_t misses = 0;           ///< served by pinning a new block (or by the pageable fallback)
+  std::uint64_t fallbacks = 0;        ///< served with pageable memory because pinning failed
   std::size_t bytes_pinned = 0;       ///< pinned memory held from upstream: in use, cached and pending
   std::size_t peak_bytes_pinned = 0;  ///< the most bytes_pinned has been
   std::size_t bytes_in_use = 0;       ///< blocks handed out and not yet freed (block sizes)
@@ -130,7 +130,7 @@ class caching_pinned_resource final : public memory_resource {
   [[nodiscard]] static std::size_t block_size(std::size_t bytes) noexcept;
 
  private:
-  struct state;  // src/common/mr/caching_pinned_resource.cpp
+  struct state;  // src/mr/caching_pinned_resource.cpp
 
   void reserve_up_front();
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;

@@ -33,25 +33,25 @@ struct caching_statistics {
   std::size_t peak_allocated_bytes = 0;  ///< since creation or reset_peaks()
   std::size_t requested_bytes = 0;       ///< asked for by live allocations
   std::size_t peak_requested_bytes = 0;
-  std::size_t reserved_bytes = 0;        ///< held from the device: segments and mapped pages
+  std::size_t reserved_bytes = 0;  ///< held from the device: segments and mapped pages
   std::size_t peak_reserved_bytes = 0;
-  std::size_t cached_bytes = 0;          ///< reserved and free for reuse, per-thread caches included
-  std::size_t pending_bytes = 0;         ///< freed, waiting for streams recorded with record_stream
-  std::size_t largest_free_block = 0;    ///< the largest block that can be handed out without new memory
+  std::size_t cached_bytes = 0;        ///< reserved and free for reuse, per-thread caches included
+  std::size_t pending_bytes = 0;       ///< freed, waiting for streams recorded with record_stream
+  std::size_t largest_free_block = 0;  ///< the largest block that can be handed out without new memory
   std::uint64_t live_allocations = 0;
-  std::uint64_t allocations = 0;         ///< allocate calls that succeeded (zero-byte ones excluded)
+  std::uint64_t allocations = 0;  ///< allocate calls that succeeded (zero-byte ones excluded)
   std::uint64_t deallocations = 0;
-  std::uint64_t cache_hits = 0;          ///< allocations served from cached memory
-  std::uint64_t thread_cache_hits = 0;   ///< of those, served from the calling thread's cache without a lock
-  std::uint64_t cache_misses = 0;        ///< allocations that needed new memory from the device
-  std::uint64_t splits = 0;              ///< free blocks split to fit a request
-  std::uint64_t merges = 0;              ///< freed blocks merged with a free neighbour
-  std::uint64_t segments = 0;            ///< segments held now (a growable range counts once)
-  std::uint64_t segment_allocations = 0; ///< segments or page runs obtained from the device
-  std::uint64_t segment_releases = 0;    ///< segments or page runs given back
-  std::uint64_t stream_waits = 0;        ///< blocks taken from another stream's free memory (with an event)
-  std::uint64_t oom_retries = 0;         ///< failed device allocations retried after freeing the cache
-  std::uint64_t ooms = 0;                ///< out_of_memory thrown
+  std::uint64_t cache_hits = 0;           ///< allocations served from cached memory
+  std::uint64_t thread_cache_hits = 0;    ///< of those, served from the calling thread's cache without a lock
+  std::uint64_t cache_misses = 0;         ///< allocations that needed new memory from the device
+  std::uint64_t splits = 0;               ///< free blocks split to fit a request
+  std::uint64_t merges = 0;               ///< freed blocks merged with a free neighbour
+  std::uint64_t segments = 0;             ///< segments held now (a growable range counts once)
+  std::uint64_t segment_allocations = 0;  ///< segments or page runs obtained from the device
+  std::uint64_t segment_releases = 0;     ///< segments or page runs given back
+  std::uint64_t stream_waits = 0;         ///< blocks taken from another stream's free memory (with an event)
+  std::uint64_t oom_retries = 0;          ///< failed device allocations retried after freeing the cache
+  std::uint64_t ooms = 0;                 ///< out_of_memory thrown
 };
 
 /// @brief A caching, stream-ordered allocator of device memory for one device.
@@ -148,7 +148,6 @@ class caching_resource final : public memory_resource {
   /// @brief Segments, blocks, streams and labels now. Per-thread caches are
   /// returned to the shared pools first, so that their blocks show as free.
   [[nodiscard]] allocator_snapshot snapshot() const;
-
 
  private:
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;

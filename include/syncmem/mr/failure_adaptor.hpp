@@ -42,7 +42,6 @@ class failure_adaptor final : public adaptor_base<failure_adaptor> {
   /// @param should_fail the calls to fail; empty fails none
   explicit failure_adaptor(memory_resource& upstream, predicate should_fail = {});
 
-
   /// @brief Replaces the predicate (empty fails none); the call count goes on.
   void set_predicate(predicate should_fail);
   /// @brief Allocate calls so far (with nonzero sizes).

@@ -27,13 +27,13 @@ enum class trace_action : std::uint8_t {
 
 /// @brief One line of a trace.
 struct trace_event {
-  std::uint32_t thread = 0;    ///< 1 for the first thread that used the process's adaptors, then 2, ...
-  std::uint64_t time_ns = 0;   ///< nanoseconds since the adaptor was made
+  std::uint32_t thread = 0;   ///< 1 for the first thread that used the process's adaptors, then 2, ...
+  std::uint64_t time_ns = 0;  ///< nanoseconds since the adaptor was made
   trace_action action = trace_action::allocate;
   std::uintptr_t pointer = 0;
-  std::size_t size = 0;        ///< bytes asked for (allocate) or given back (free)
-  std::uintptr_t stream = 0;   ///< the stream's native handle
-  std::string label;           ///< mr::current_allocation_label() of the call
+  std::size_t size = 0;       ///< bytes asked for (allocate) or given back (free)
+  std::uintptr_t stream = 0;  ///< the stream's native handle
+  std::string label;          ///< mr::current_allocation_label() of the call
 };
 
 /// @brief Forwards to its upstream and writes one line per call, as CSV:

@@ -54,8 +54,7 @@ class memory_resource {
   [[nodiscard]] void* allocate(std::size_t bytes, stream_view stream, std::size_t alignment = default_alignment);
 
   /// @brief Returns memory from allocate; `stream` is the stream of last use.
-  void deallocate(void* p, std::size_t bytes, stream_view stream,
-                  std::size_t alignment = default_alignment) noexcept;
+  void deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment = default_alignment) noexcept;
 
   /// @brief Whether memory from one may be deallocated through the other.
   [[nodiscard]] bool is_equal(const memory_resource& other) const noexcept {

@@ -38,7 +38,6 @@ class statistics_adaptor final : public adaptor_base<statistics_adaptor> {
   /// @param upstream the resource allocations go to; must outlive the adaptor
   explicit statistics_adaptor(memory_resource& upstream);
 
-
   /// @brief The counts so far.
   [[nodiscard]] resource_statistics statistics() const;
   /// @brief Sets each peak to its current value.

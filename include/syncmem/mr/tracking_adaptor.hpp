@@ -42,7 +42,6 @@ class tracking_adaptor final : public adaptor_base<tracking_adaptor> {
   explicit tracking_adaptor(memory_resource& upstream);
   ~tracking_adaptor() override;
 
-
   /// @brief The live allocations, oldest first.
   [[nodiscard]] std::vector<tracked_allocation> live_allocations() const;
   [[nodiscard]] std::size_t live_count() const;

@@ -12,9 +12,9 @@
 
 #include <fmt/format.h>
 
-#include "../common/backend.hpp"
-#include "../common/log.hpp"
-#include "driver_api.hpp"
+#include "backend/backend.hpp"
+#include "backend/cuda/driver_api.hpp"
+#include "core/log.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail {
@@ -79,8 +79,8 @@ class backend_impl final : public backend {
       if (status != cudaSuccess) {
         cudaGetLastError();
         count_ = 0;
-        why_ = fmt::format("the CUDA runtime finds no GPU: {} ({})", cudaGetErrorName(status),
-                           cudaGetErrorString(status));
+        why_ =
+            fmt::format("the CUDA runtime finds no GPU: {} ({})", cudaGetErrorName(status), cudaGetErrorString(status));
       } else {
         count_ = n;
         if (n == 0) why_ = "the CUDA runtime finds no GPU";
@@ -118,8 +118,8 @@ class backend_impl final : public backend {
     }
     const auto& api = driver();
     int vmm = 0;
-    if (api.loaded && api.device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                                               index) == CUDA_SUCCESS) {
+    if (api.loaded && api.device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, index) ==
+                          CUDA_SUCCESS) {
       p.supports_virtual_memory = vmm != 0;
     }
     return p;
@@ -262,9 +262,10 @@ class backend_impl final : public backend {
     if (status == cudaErrorHostMemoryAlreadyRegistered) {
       cudaGetLastError();
       // A caller's mistake, like the emulated registry's overlap, not a device failure.
-      SYNCMEM_FAIL(fmt::format("register_host: [{}, +{}) overlaps memory that is already registered "
-                               "(cudaErrorHostMemoryAlreadyRegistered)",
-                               p, bytes));
+      SYNCMEM_FAIL(
+          fmt::format("register_host: [{}, +{}) overlaps memory that is already registered "
+                      "(cudaErrorHostMemoryAlreadyRegistered)",
+                      p, bytes));
     }
     SYNCMEM_CUDA_TRY(status);
   }
@@ -352,10 +353,17 @@ class backend_impl final : public backend {
     }
     pointer_attributes a;
     switch (attr.type) {
-      case cudaMemoryTypeHost: a.kind = memory_kind::pinned_host; break;
-      case cudaMemoryTypeDevice: a.kind = memory_kind::device; break;
-      case cudaMemoryTypeManaged: a.kind = memory_kind::managed; break;
-      default: return std::nullopt;  // unregistered: pageable
+      case cudaMemoryTypeHost:
+        a.kind = memory_kind::pinned_host;
+        break;
+      case cudaMemoryTypeDevice:
+        a.kind = memory_kind::device;
+        break;
+      case cudaMemoryTypeManaged:
+        a.kind = memory_kind::managed;
+        break;
+      default:
+        return std::nullopt;  // unregistered: pageable
     }
     if (attr.device >= 0) a.device = device_id::cuda(attr.device);
     const auto& api = driver();

@@ -1,8 +1,8 @@
-#include "driver_api.hpp"
+#include "backend/cuda/driver_api.hpp"
 
 #include <cuda_runtime_api.h>
 
-#include "../common/log.hpp"
+#include "core/log.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail::cuda {

@@ -10,15 +10,16 @@
 namespace syncmem::detail::cuda {
 
 struct driver_api {
-  CUresult (*mem_create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long) = nullptr;
+  CUresult (*mem_create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                         unsigned long long) = nullptr;
   CUresult (*mem_release)(CUmemGenericAllocationHandle) = nullptr;
   CUresult (*mem_address_reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
   CUresult (*mem_address_free)(CUdeviceptr, size_t) = nullptr;
   CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
   CUresult (*mem_unmap)(CUdeviceptr, size_t) = nullptr;
   CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
-  CUresult (*mem_get_allocation_granularity)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) =
-      nullptr;
+  CUresult (*mem_get_allocation_granularity)(size_t*, const CUmemAllocationProp*,
+                                             CUmemAllocationGranularity_flags) = nullptr;
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
   CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
@@ -32,12 +33,12 @@ struct driver_api {
 }  // namespace syncmem::detail::cuda
 
 // Like SYNCMEM_CUDA_TRY, for driver calls (CUresult).
-#define SYNCMEM_CU_TRY(call)                                                                         \
-  do {                                                                                               \
-    const CUresult syncmem_cu_status_ = (call);                                                      \
-    if (syncmem_cu_status_ != CUDA_SUCCESS) [[unlikely]] {                                           \
-      ::syncmem::detail::cuda::throw_driver_error(syncmem_cu_status_, #call, __FILE__, __LINE__);    \
-    }                                                                                                \
+#define SYNCMEM_CU_TRY(call)                                                                      \
+  do {                                                                                            \
+    const CUresult syncmem_cu_status_ = (call);                                                   \
+    if (syncmem_cu_status_ != CUDA_SUCCESS) [[unlikely]] {                                        \
+      ::syncmem::detail::cuda::throw_driver_error(syncmem_cu_status_, #call, __FILE__, __LINE__); \
+    }                                                                                             \
   } while (false)
 
 namespace syncmem::detail::cuda {

@@ -1,4 +1,4 @@
-// CUDA kernels for tensors and blobs (the interface is src/common/kernels.hpp).
+// CUDA kernels for tensors and blobs (the interface is src/backend/kernels.hpp).
 //
 // Element-wise kernels use grid-stride loops over std::size_t indices, so any
 // count works with a bounded grid. Reductions are two passes: each thread
@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "../common/host_math.hpp"
-#include "../common/kernels.hpp"
+#include "backend/host_math.hpp"
+#include "backend/kernels.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail {
@@ -124,18 +124,26 @@ class cuda_kernels_impl final : public device_kernels {
   void fill(stream_view s, void* p, std::size_t count, std::size_t itemsize, std::uint64_t bits) override {
     if (count == 0) return;
     switch (itemsize) {
-      case 1: SYNCMEM_CUDA_TRY(cudaMemsetAsync(p, static_cast<int>(bits & 0xFFU), count, native(s))); break;
-      case 2: launch_fill<std::uint16_t>(native(s), p, count, bits); break;
-      case 4: launch_fill<std::uint32_t>(native(s), p, count, bits); break;
-      default: launch_fill<std::uint64_t>(native(s), p, count, bits); break;
+      case 1:
+        SYNCMEM_CUDA_TRY(cudaMemsetAsync(p, static_cast<int>(bits & 0xFFU), count, native(s)));
+        break;
+      case 2:
+        launch_fill<std::uint16_t>(native(s), p, count, bits);
+        break;
+      case 4:
+        launch_fill<std::uint32_t>(native(s), p, count, bits);
+        break;
+      default:
+        launch_fill<std::uint64_t>(native(s), p, count, bits);
+        break;
     }
   }
 
   void scale(stream_view s, dtype type, void* x, std::size_t n, double alpha) override {
     if (n == 0) return;
     if (type == dtype::float32) {
-      scale_kernel<float><<<blocks_for(n), block_threads, 0, native(s)>>>(static_cast<float*>(x), n,
-                                                                          static_cast<float>(alpha));
+      scale_kernel<float>
+          <<<blocks_for(n), block_threads, 0, native(s)>>>(static_cast<float*>(x), n, static_cast<float>(alpha));
     } else {
       scale_kernel<double><<<blocks_for(n), block_threads, 0, native(s)>>>(static_cast<double*>(x), n, alpha);
     }
@@ -149,7 +157,7 @@ class cuda_kernels_impl final : public device_kernels {
           n, static_cast<float>(alpha), static_cast<const float*>(x), static_cast<float*>(y));
     } else {
       axpy_kernel<double><<<blocks_for(n), block_threads, 0, native(s)>>>(n, alpha, static_cast<const double*>(x),
-                                                                           static_cast<double*>(y));
+                                                                          static_cast<double*>(y));
     }
     SYNCMEM_CUDA_TRY(cudaGetLastError());
   }
@@ -157,12 +165,22 @@ class cuda_kernels_impl final : public device_kernels {
   void iota(stream_view s, dtype type, void* x, std::size_t n, std::int64_t start) override {
     if (n == 0) return;
     const unsigned blocks = blocks_for(n);
-    const auto launch = [&]<class T>(T* out) { iota_kernel<T><<<blocks, block_threads, 0, native(s)>>>(out, n, start); };
+    const auto launch = [&]<class T>(T* out) {
+      iota_kernel<T><<<blocks, block_threads, 0, native(s)>>>(out, n, start);
+    };
     switch (type) {
-      case dtype::int32: launch(static_cast<std::int32_t*>(x)); break;
-      case dtype::int64: launch(static_cast<std::int64_t*>(x)); break;
-      case dtype::float32: launch(static_cast<float*>(x)); break;
-      default: launch(static_cast<double*>(x)); break;
+      case dtype::int32:
+        launch(static_cast<std::int32_t*>(x));
+        break;
+      case dtype::int64:
+        launch(static_cast<std::int64_t*>(x));
+        break;
+      case dtype::float32:
+        launch(static_cast<float*>(x));
+        break;
+      default:
+        launch(static_cast<double*>(x));
+        break;
     }
     SYNCMEM_CUDA_TRY(cudaGetLastError());
   }

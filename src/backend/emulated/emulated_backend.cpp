@@ -24,11 +24,11 @@
 
 #include <fmt/format.h>
 
-#include "../common/backend.hpp"
-#include "../common/log.hpp"
+#include "backend/backend.hpp"
+#include "backend/emulated/worker_stream.hpp"
+#include "core/log.hpp"
 #include "syncmem/emulated.hpp"
 #include "syncmem/error.hpp"
-#include "worker_stream.hpp"
 
 namespace syncmem::detail::emulated {
 namespace {
@@ -64,8 +64,8 @@ struct device_state {
 struct memory_pool {
   struct pending_free {
     std::size_t size;
-    const void* stream;     // the worker_stream the block was freed on
-    std::uint64_t ticket;   // tells a stale give-back from the current one
+    const void* stream;    // the worker_stream the block was freed on
+    std::uint64_t ticket;  // tells a stale give-back from the current one
   };
   std::mutex mutex;
   int device = 0;
@@ -126,8 +126,10 @@ class backend_impl final : public backend {
     std::string problem;
     emulated_options options;
     options.device_count = 0;
-    if (auto n = read_env("SYNCMEM_EMULATED_DEVICES", 0, max_devices, problem)) options.device_count = static_cast<int>(*n);
-    if (auto d = read_env("SYNCMEM_EMULATED_DELAY_US", 0, 10'000'000, problem)) options.max_delay = std::chrono::microseconds{*d};
+    if (auto n = read_env("SYNCMEM_EMULATED_DEVICES", 0, max_devices, problem))
+      options.device_count = static_cast<int>(*n);
+    if (auto d = read_env("SYNCMEM_EMULATED_DELAY_US", 0, 10'000'000, problem))
+      options.max_delay = std::chrono::microseconds{*d};
     if (auto m = read_env("SYNCMEM_EMULATED_MEMORY_MB", 1, std::int64_t{1} << 24, problem)) {
       options.memory_per_device = static_cast<std::size_t>(*m) << 20;
     }
@@ -141,15 +143,15 @@ class backend_impl final : public backend {
   }
 
   void configure(const emulated_options& options) {
-    SYNCMEM_EXPECTS(options.device_count >= 0 && options.device_count <= max_devices,
-                    fmt::format("emulated_options::device_count is {}: valid range is 0..{}", options.device_count,
-                                max_devices));
+    SYNCMEM_EXPECTS(
+        options.device_count >= 0 && options.device_count <= max_devices,
+        fmt::format("emulated_options::device_count is {}: valid range is 0..{}", options.device_count, max_devices));
     SYNCMEM_EXPECTS(options.max_delay.count() >= 0, "emulated_options::max_delay must not be negative");
     std::lock_guard lock{config_mutex_};
     const int current = count_.load();
     SYNCMEM_EXPECTS(options.device_count >= current,
-                    fmt::format("emulated devices can be added but not removed: {} are enabled, {} asked for",
-                                current, options.device_count));
+                    fmt::format("emulated devices can be added but not removed: {} are enabled, {} asked for", current,
+                                options.device_count));
     max_delay_us_.store(options.max_delay.count());
     poison_.store(options.poison);
     for (int i = current; i < options.device_count; ++i) {
@@ -208,6 +210,12 @@ class backend_impl final : public backend {
   }
 
   void synchronize_device(int index) override {
+    for_each_stream(index, [](worker_stream& s) { s.synchronize(); });
+  }
+
+  // Calls `f` on every stream of the device, the default stream last, outside the lock.
+  template <class F>
+  void for_each_stream(int index, F f) {
     auto& d = device(index);
     std::vector<std::shared_ptr<worker_stream>> streams;
     worker_stream* default_stream = nullptr;
@@ -216,8 +224,8 @@ class backend_impl final : public backend {
       for (const auto& entry : d.streams) streams.push_back(entry.second);
       default_stream = d.default_stream;  // never destroyed
     }
-    for (const auto& s : streams) s->synchronize();
-    if (default_stream != nullptr) default_stream->synchronize();
+    for (const auto& s : streams) f(*s);
+    if (default_stream != nullptr) f(*default_stream);
   }
 
   void make_current(int) override {}
@@ -228,7 +236,7 @@ class backend_impl final : public backend {
     auto& d = device(index);
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), device_alignment);
     if (!reserve_capacity(d, size)) return nullptr;
-    void* p = ::operator new(size, std::align_val_t{device_alignment}, std::nothrow);
+    void* p = ::operator new (size, std::align_val_t{device_alignment}, std::nothrow);
     if (p == nullptr) {
       d.used.fetch_sub(size);
       return nullptr;
@@ -251,7 +259,7 @@ class backend_impl final : public backend {
       return;
     }
     device(index).used.fetch_sub(removed->size);
-    ::operator delete(p, std::align_val_t{device_alignment});
+    ::operator delete (p, std::align_val_t{device_alignment});
   }
 
   void* allocate_async(int index, std::size_t bytes, CUstream_st*) override { return allocate(index, bytes); }
@@ -384,7 +392,7 @@ class backend_impl final : public backend {
 
   void* allocate_pinned(std::size_t bytes, unsigned) override {
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), 4096);
-    void* p = ::operator new(size, std::align_val_t{4096}, std::nothrow);
+    void* p = ::operator new (size, std::align_val_t{4096}, std::nothrow);
     if (p == nullptr) return nullptr;
     if (poison_.load()) std::memset(p, poison_byte, size);
     add_allocation(p, {size, memory_kind::pinned_host, -1});
@@ -398,7 +406,7 @@ class backend_impl final : public backend {
       logger().error("emulated deallocate_pinned of {} which was not allocated pinned", p);
       return;
     }
-    ::operator delete(p, std::align_val_t{4096});
+    ::operator delete (p, std::align_val_t{4096});
   }
 
   void register_host(void* p, std::size_t bytes, unsigned) override {
@@ -600,9 +608,9 @@ class backend_impl final : public backend {
 
   void* vmm_reserve(int index, std::size_t bytes) override {
     (void)device(index);
-    SYNCMEM_EXPECTS(bytes > 0 && bytes % vmm_page == 0,
-                    fmt::format("vmm_reserve: {} bytes is not a positive multiple of the granularity {}", bytes,
-                                vmm_page));
+    SYNCMEM_EXPECTS(
+        bytes > 0 && bytes % vmm_page == 0,
+        fmt::format("vmm_reserve: {} bytes is not a positive multiple of the granularity {}", bytes, vmm_page));
     void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     SYNCMEM_EXPECTS(p != MAP_FAILED, fmt::format("vmm_reserve: cannot reserve {} bytes of address space", bytes));
     add_allocation(p, {bytes, memory_kind::device, index});
@@ -617,9 +625,9 @@ class backend_impl final : public backend {
 
   physical_handle vmm_create(int index, std::size_t bytes) override {
     auto& d = device(index);
-    SYNCMEM_EXPECTS(bytes > 0 && bytes % vmm_page == 0,
-                    fmt::format("vmm_create: {} bytes is not a positive multiple of the granularity {}", bytes,
-                                vmm_page));
+    SYNCMEM_EXPECTS(
+        bytes > 0 && bytes % vmm_page == 0,
+        fmt::format("vmm_create: {} bytes is not a positive multiple of the granularity {}", bytes, vmm_page));
     if (!reserve_capacity(d, bytes)) return 0;
     const int fd = ::memfd_create("syncmem-emulated", MFD_CLOEXEC);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -663,7 +671,7 @@ class backend_impl final : public backend {
   void vmm_unmap(int index, void* p, std::size_t bytes) noexcept override {
     try {
       synchronize_device(index);  // work in flight may still use the pages
-    } catch (...) {  // NOLINT(bugprone-empty-catch)
+    } catch (...) {               // NOLINT(bugprone-empty-catch)
     }
     ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   }
@@ -672,9 +680,9 @@ class backend_impl final : public backend {
   static std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
   device_state& device(int index) {
-    SYNCMEM_EXPECTS(index >= 0 && index < count_.load(std::memory_order_acquire),
-                    fmt::format("emulated device index {} is out of range: valid indices are 0..{}", index,
-                                count_.load() - 1));
+    SYNCMEM_EXPECTS(
+        index >= 0 && index < count_.load(std::memory_order_acquire),
+        fmt::format("emulated device index {} is out of range: valid indices are 0..{}", index, count_.load() - 1));
     return *devices_[static_cast<std::size_t>(index)].load(std::memory_order_acquire);
   }
 
@@ -738,7 +746,7 @@ class backend_impl final : public backend {
     auto removed = remove_allocation(p);
     if (!removed) return;
     device(index).used.fetch_sub(removed->size);
-    ::operator delete(p, std::align_val_t{device_alignment});
+    ::operator delete (p, std::align_val_t{device_alignment});
   }
 
   // A block of at least `size` bytes for `stream` from the pool: one freed
@@ -778,16 +786,7 @@ class backend_impl final : public backend {
   // Waits for every stream of the device without taking their failures,
   // which their own synchronize reports.
   void wait_device_idle(int index) {
-    auto& d = device(index);
-    std::vector<std::shared_ptr<worker_stream>> streams;
-    worker_stream* default_stream = nullptr;
-    {
-      std::lock_guard lock{d.streams_mutex};
-      for (const auto& entry : d.streams) streams.push_back(entry.second);
-      default_stream = d.default_stream;  // never destroyed
-    }
-    for (const auto& s : streams) s->wait_idle();
-    if (default_stream != nullptr) default_stream->wait_idle();
+    for_each_stream(index, [](worker_stream& s) { s.wait_idle(); });
   }
 
   // Frees cached blocks of a pool, largest first, until it caches at most

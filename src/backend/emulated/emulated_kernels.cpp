@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "../common/host_math.hpp"
-#include "../common/kernels.hpp"
+#include "backend/host_math.hpp"
+#include "backend/kernels.hpp"
 
 namespace syncmem::detail {
 namespace {

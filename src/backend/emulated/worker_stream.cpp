@@ -1,4 +1,4 @@
-#include "worker_stream.hpp"
+#include "backend/emulated/worker_stream.hpp"
 
 #include <exception>
 #include <random>

@@ -59,9 +59,9 @@ class worker_stream {
 struct event_state {
   std::mutex mutex;
   std::condition_variable completed_changed;
-  std::uint64_t recorded = 0;                 // the latest generation
-  std::set<std::uint64_t> pending;            // generations recorded but not yet reached
-  std::uint64_t latest_completed = 0;         // for timing: the highest generation reached
+  std::uint64_t recorded = 0;          // the latest generation
+  std::set<std::uint64_t> pending;     // generations recorded but not yet reached
+  std::uint64_t latest_completed = 0;  // for timing: the highest generation reached
   std::chrono::steady_clock::time_point completed_at{};
   bool timing = false;
 

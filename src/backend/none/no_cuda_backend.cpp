@@ -1,7 +1,7 @@
 // The CUDA backend of a build without CUDA: no devices, and every device
 // operation refused with syncmem::unsupported_error.
 
-#include "backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail {
@@ -17,8 +17,9 @@ int cuda_driver_version() noexcept { return 0; }
 namespace {
 
 [[noreturn]] void refuse() {
-  SYNCMEM_UNSUPPORTED("CUDA devices are not available: this build of syncmem has no CUDA backend "
-                      "(configured with SYNCMEM_ENABLE_CUDA=OFF or without a CUDA toolkit)");
+  SYNCMEM_UNSUPPORTED(
+      "CUDA devices are not available: this build of syncmem has no CUDA backend "
+      "(configured with SYNCMEM_ENABLE_CUDA=OFF or without a CUDA toolkit)");
 }
 
 class backend_impl final : public backend {

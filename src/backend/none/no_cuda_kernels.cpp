@@ -1,7 +1,7 @@
 // The CUDA kernels of a build without CUDA: there are no CUDA devices, so
 // nothing reaches them; they refuse with syncmem::unsupported_error anyway.
 
-#include "kernels.hpp"
+#include "backend/kernels.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail {

@@ -1,4 +1,4 @@
-#include "caching_events.hpp"
+#include "mr/caching/caching_events.hpp"
 
 #include "syncmem/device_guard.hpp"
 

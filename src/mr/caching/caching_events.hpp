@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "../../backend.hpp"
+#include "backend/backend.hpp"
 #include "syncmem/device.hpp"
 
 struct CUevent_st;

@@ -1,11 +1,11 @@
-#include "caching_snapshot.hpp"
+#include "mr/caching/caching_snapshot.hpp"
 
 #include <algorithm>
 #include <ctime>
 
 #include <fmt/format.h>
 
-#include "labels.hpp"
+#include "mr/caching/labels.hpp"
 
 namespace syncmem::mr::detail::caching {
 

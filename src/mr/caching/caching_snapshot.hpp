@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <string>
 
-#include "device_segments.hpp"
+#include "mr/caching/device_segments.hpp"
 #include "syncmem/mr/allocator_snapshot.hpp"
 
 namespace syncmem::mr::detail::caching {

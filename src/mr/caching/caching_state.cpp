@@ -1,4 +1,4 @@
-#include "caching_state.hpp"
+#include "mr/caching/caching_state.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -7,11 +7,11 @@
 
 #include <fmt/format.h>
 
-#include "../../backend.hpp"
-#include "../../log.hpp"
-#include "../../stream_observers.hpp"
-#include "caching_snapshot.hpp"
-#include "labels.hpp"
+#include "backend/backend.hpp"
+#include "core/log.hpp"
+#include "core/stream_observers.hpp"
+#include "mr/caching/caching_snapshot.hpp"
+#include "mr/caching/labels.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -193,9 +193,10 @@ void caching_state::free_live(void* p, CUstream_st* s) {
   stream_pool& pool = pools_.pool_for(s);
   block* const b = live_.find(reinterpret_cast<std::uintptr_t>(p));
   if (b == nullptr) {
-    syncmem::detail::logger().error("{}: deallocate of {}, which is not a live allocation of this resource "
-                                    "(a double free, or memory from elsewhere); ignored",
-                                    name_, p);
+    syncmem::detail::logger().error(
+        "{}: deallocate of {}, which is not a live allocation of this resource "
+        "(a double free, or memory from elsewhere); ignored",
+        name_, p);
     return;
   }
   live_.erase(b->ptr);
@@ -289,16 +290,18 @@ std::string caching_state::out_of_memory_hint(std::size_t key, std::size_t cache
   using syncmem::detail::format_bytes;
   std::string hint;
   if (cached >= key && largest < key) {
-    hint = fmt::format("fragmentation: {} of cached memory is free, but in pieces no larger than {}; "
-                       "growable segments (SYNCMEM_ALLOC_CONF=expandable:1) avoid this, and max_split_mb "
-                       "keeps large blocks whole for large requests",
-                       format_bytes(cached), format_bytes(largest));
+    hint = fmt::format(
+        "fragmentation: {} of cached memory is free, but in pieces no larger than {}; "
+        "growable segments (SYNCMEM_ALLOC_CONF=expandable:1) avoid this, and max_split_mb "
+        "keeps large blocks whole for large requests",
+        format_bytes(cached), format_bytes(largest));
   }
   if (reserved_.limit_hit()) {
     if (!hint.empty()) hint += "; ";
-    hint += fmt::format("the limit of {} on this resource (limit_mb in SYNCMEM_ALLOC_CONF, or set_limit) "
-                        "would be passed",
-                        format_bytes(reserved_.limit().value_or(reservation::no_limit)));
+    hint += fmt::format(
+        "the limit of {} on this resource (limit_mb in SYNCMEM_ALLOC_CONF, or set_limit) "
+        "would be passed",
+        format_bytes(reserved_.limit().value_or(reservation::no_limit)));
   }
   return hint;
 }
@@ -365,8 +368,8 @@ void caching_state::release_stream(CUstream_st* handle) noexcept {
     retire_pool(handle);
   } catch (const std::exception& e) {
     try {
-      syncmem::detail::report_failure(e, "{}: releasing stream {} failed: {}", name_,
-                                      static_cast<const void*>(handle), e.what());
+      syncmem::detail::report_failure(e, "{}: releasing stream {} failed: {}", name_, static_cast<const void*>(handle),
+                                      e.what());
     } catch (...) {  // NOLINT(bugprone-empty-catch)
     }
   }
@@ -379,7 +382,8 @@ void caching_state::retire_pool(CUstream_st* handle) {
   try {
     events_.record(retired->retire_event, handle);
   } catch (const std::exception& e) {
-    syncmem::detail::report_failure(e, "{}: recording an event on a stream being destroyed failed ({}); waiting for "
+    syncmem::detail::report_failure(e,
+                                    "{}: recording an event on a stream being destroyed failed ({}); waiting for "
                                     "the device instead",
                                     name_, e.what());
     events_.synchronize_device();
@@ -390,9 +394,8 @@ void caching_state::retire_pool(CUstream_st* handle) {
 }
 
 void caching_state::record_stream(void* p, stream_view s) {
-  SYNCMEM_EXPECTS(s.device() == device_,
-                  fmt::format("{}: record_stream with a stream of {}; streams must belong to {}", name_,
-                              to_string(s.device()), to_string(device_)));
+  SYNCMEM_EXPECTS(s.device() == device_, fmt::format("{}: record_stream with a stream of {}; streams must belong to {}",
+                                                     name_, to_string(s.device()), to_string(device_)));
   std::lock_guard lock{mutex_};
   block* const b = live_.find(reinterpret_cast<std::uintptr_t>(p));
   SYNCMEM_EXPECTS(b != nullptr,

@@ -18,22 +18,22 @@
 #include <optional>
 #include <string>
 
-#include "block.hpp"
-#include "caching_totals.hpp"
-#include "device_segments.hpp"
-#include "caching_events.hpp"
-#include "growable_range.hpp"
-#include "pending_frees.hpp"
-#include "pointer_map.hpp"
-#include "reservation.hpp"
-#include "stream_pools.hpp"
+#include "mr/caching/block.hpp"
+#include "mr/caching/caching_events.hpp"
+#include "mr/caching/caching_totals.hpp"
+#include "mr/caching/device_segments.hpp"
+#include "mr/caching/growable_range.hpp"
+#include "mr/caching/pending_frees.hpp"
+#include "mr/caching/pointer_map.hpp"
+#include "mr/caching/reservation.hpp"
+#include "mr/caching/stream_pools.hpp"
+#include "mr/caching/thread_cache.hpp"
+#include "mr/caching/thread_caches.hpp"
 #include "syncmem/mr/allocator_snapshot.hpp"
 #include "syncmem/mr/caching_options.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/stream.hpp"
-#include "thread_cache.hpp"
-#include "thread_caches.hpp"
 
 namespace syncmem::mr::detail {
 

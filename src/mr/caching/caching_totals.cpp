@@ -1,4 +1,4 @@
-#include "caching_totals.hpp"
+#include "mr/caching/caching_totals.hpp"
 
 #include <algorithm>
 #include <mutex>

@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mr/caching/thread_cache.hpp"
+#include "mr/caching/thread_caches.hpp"
 #include "syncmem/mr/caching_resource.hpp"
-#include "thread_cache.hpp"
-#include "thread_caches.hpp"
 
 namespace syncmem::mr::detail::caching {
 

@@ -1,4 +1,4 @@
-#include "device_segments.hpp"
+#include "mr/caching/device_segments.hpp"
 
 #include <algorithm>
 #include <new>

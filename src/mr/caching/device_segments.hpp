@@ -11,10 +11,10 @@
 #include <memory>
 #include <vector>
 
-#include "../../backend.hpp"
-#include "block.hpp"
-#include "reservation.hpp"
-#include "stream_pools.hpp"
+#include "backend/backend.hpp"
+#include "mr/caching/block.hpp"
+#include "mr/caching/reservation.hpp"
+#include "mr/caching/stream_pools.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/stream.hpp"

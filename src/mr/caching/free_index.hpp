@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "block.hpp"
+#include "mr/caching/block.hpp"
 
 namespace syncmem::mr::detail::caching {
 

@@ -1,10 +1,10 @@
-#include "growable_range.hpp"
+#include "mr/caching/growable_range.hpp"
 
 #include <algorithm>
 #include <exception>
 #include <utility>
 
-#include "../../log.hpp"
+#include "core/log.hpp"
 #include "syncmem/device_guard.hpp"
 
 namespace syncmem::mr::detail::caching {

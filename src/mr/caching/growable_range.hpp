@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "../../backend.hpp"
-#include "block.hpp"
-#include "reservation.hpp"
-#include "stream_pools.hpp"
+#include "backend/backend.hpp"
+#include "mr/caching/block.hpp"
+#include "mr/caching/reservation.hpp"
+#include "mr/caching/stream_pools.hpp"
 #include "syncmem/device.hpp"
 
 namespace syncmem::mr::detail::caching {

@@ -1,4 +1,4 @@
-#include "labels.hpp"
+#include "mr/caching/labels.hpp"
 
 #include <mutex>
 #include <unordered_map>

@@ -1,10 +1,10 @@
-#include "pending_frees.hpp"
+#include "mr/caching/pending_frees.hpp"
 
 #include <algorithm>
 #include <exception>
 #include <utility>
 
-#include "../../log.hpp"
+#include "core/log.hpp"
 
 namespace syncmem::mr::detail::caching {
 
@@ -41,7 +41,8 @@ void pending_frees::record_uses(block* b, CUstream_st* freed_on) noexcept {
       CUevent_st* const ev = events_.record_on(use);
       b->events.push_back(ev);
     } catch (const std::exception& e) {
-      syncmem::detail::report_failure(e, "{}: recording the use of {} on stream {} failed ({}); waiting for the "
+      syncmem::detail::report_failure(e,
+                                      "{}: recording the use of {} on stream {} failed ({}); waiting for the "
                                       "device instead",
                                       name_, reinterpret_cast<void*>(b->ptr), static_cast<const void*>(use), e.what());
       wait_for_device();

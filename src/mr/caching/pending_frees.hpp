@@ -10,9 +10,9 @@
 #include <string>
 #include <unordered_set>
 
-#include "block.hpp"
-#include "caching_events.hpp"
-#include "stream_pools.hpp"
+#include "mr/caching/block.hpp"
+#include "mr/caching/caching_events.hpp"
+#include "mr/caching/stream_pools.hpp"
 
 namespace syncmem::mr::detail::caching {
 

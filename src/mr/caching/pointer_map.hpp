@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "block.hpp"
+#include "mr/caching/block.hpp"
 
 namespace syncmem::mr::detail::caching {
 

@@ -1,4 +1,4 @@
-#include "stream_pools.hpp"
+#include "mr/caching/stream_pools.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -33,7 +33,8 @@ block* stream_pools::take_free(stream_pool& pool, pool_kind kind, std::size_t ke
   std::size_t max_size = none;
   if (kind == pool_kind::large && max_split_size_ != none && oversize_whole_) {
     // Oversize blocks (over max_split) serve only requests near their size.
-    max_size = key < max_split_size_ ? max_split_size_ - 1 : (key > none - oversize_slack ? none : key + oversize_slack);
+    max_size =
+        key < max_split_size_ ? max_split_size_ - 1 : (key > none - oversize_slack ? none : key + oversize_slack);
   }
   block* b = index.find(key, max_size);
   if (b == nullptr) return nullptr;

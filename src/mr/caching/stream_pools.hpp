@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "block.hpp"
-#include "free_index.hpp"
+#include "mr/caching/block.hpp"
+#include "mr/caching/free_index.hpp"
 
 namespace syncmem::mr::detail::caching {
 

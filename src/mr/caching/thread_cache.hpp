@@ -21,8 +21,8 @@
 #include <mutex>
 #include <vector>
 
-#include "block.hpp"
-#include "spinlock.hpp"
+#include "mr/caching/block.hpp"
+#include "mr/caching/spinlock.hpp"
 
 namespace syncmem::mr::detail {
 class caching_state;
@@ -93,9 +93,9 @@ class bin_table {
 
  private:
   static std::size_t hash(CUstream_st* s, std::size_t key) noexcept {
-    const std::uint64_t h = (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(s)) >> 4) *
-                                0x9E3779B97F4A7C15ULL ^
-                            (static_cast<std::uint64_t>(key) / granule) * 0xC2B2AE3D27D4EB4FULL;
+    const std::uint64_t h =
+        (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(s)) >> 4) * 0x9E3779B97F4A7C15ULL ^
+        (static_cast<std::uint64_t>(key) / granule) * 0xC2B2AE3D27D4EB4FULL;
     return static_cast<std::size_t>(h ^ (h >> 31));
   }
 

@@ -1,6 +1,6 @@
-#include "thread_caches.hpp"
+#include "mr/caching/thread_caches.hpp"
 
-#include "caching_state.hpp"
+#include "mr/caching/caching_state.hpp"
 
 namespace syncmem::mr::detail::caching {
 

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "block.hpp"
-#include "thread_cache.hpp"
+#include "mr/caching/block.hpp"
+#include "mr/caching/thread_cache.hpp"
 
 namespace syncmem::mr::detail::caching {
 
