@@ -12,11 +12,46 @@ SYNCMEM_TEST_PACKAGES=(python3 python3-numpy chromium clang libclang-rt-dev)
 
 log() { printf '\n==> %s\n' "$*"; }
 
-# Installs the Debian packages given that are missing, when run as root.
+# The command that stands for a tool package: a machine that has the command
+# from elsewhere (cmake from PyPI, say) needs no package.
+package_command() {
+  case "$1" in
+    build-essential) echo c++ ;;
+    cmake) echo cmake ;;
+    ninja-build) echo ninja ;;
+    pkg-config) echo pkg-config ;;
+    python3) echo python3 ;;
+    clang) echo clang ;;
+    chromium) echo chromium ;;
+    *) echo "" ;;
+  esac
+}
+
+# Debian packages carried in .deps/debs (scripts/fetch-gpu-deps), for a
+# machine that cannot reach a package registry: unpacked into .deps/root and
+# put on the paths. Sets cmake_prefix_args for the configure step.
+cmake_prefix_args=()
+use_carried_packages() {
+  [ -d "$SYNCMEM_ROOT/.deps/debs" ] || return 0
+  mkdir -p "$SYNCMEM_ROOT/.deps/root"
+  for deb in "$SYNCMEM_ROOT"/.deps/debs/*.deb; do dpkg -x "$deb" "$SYNCMEM_ROOT/.deps/root"; done
+  cmake_prefix_args=("-DCMAKE_PREFIX_PATH=$SYNCMEM_ROOT/.deps/root/usr")
+  export LD_LIBRARY_PATH="$SYNCMEM_ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  export PATH="$PATH:$SYNCMEM_ROOT/.deps/root/usr/bin"  # eu-stack, when the machine has none
+}
+
+# Installs the Debian packages given that are missing, when run as root. A
+# package whose contents the machine has otherwise (its command on PATH, or
+# carried in .deps) counts as present; when the registry cannot be reached the
+# build goes on with what there is and says so.
 ensure_packages() {
-  local missing=()
+  local missing=() cmd
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    cmd=$(package_command "$p")
+    [ -n "$cmd" ] && command -v "$cmd" >/dev/null 2>&1 && continue
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+    [ -d "$SYNCMEM_ROOT/.deps/debs" ] && compgen -G "$SYNCMEM_ROOT/.deps/debs/${p}_*.deb" >/dev/null && continue
+    missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
@@ -25,7 +60,9 @@ ensure_packages() {
   fi
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    echo "syncmem: could not install ${missing[*]} (no package registry?); going on with what this machine has" >&2
+  fi
 }
 
 # Puts nvcc on PATH when the toolkit is in its usual place.
@@ -41,7 +78,7 @@ jobs() { nproc 2>/dev/null || echo 2; }
 configure_and_build() {
   local dir="$1"
   shift
-  cmake -S "$SYNCMEM_ROOT" -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 ||
+  cmake -S "$SYNCMEM_ROOT" -B "$dir" -G Ninja "${cmake_prefix_args[@]}" "$@" >"$dir.configure.log" 2>&1 ||
     { cat "$dir.configure.log"; return 1; }
   cmake --build "$dir" -j "$(jobs)"
 }
