@@ -166,6 +166,7 @@ TYPED_TEST(CachingPinned, HandsOutPinnedMemoryAndNamesItsUpstream) {
 // A block freed while a copy from it is still queued must not be handed out:
 // the host would overwrite what the copy has yet to read.
 TYPED_TEST(CachingPinned, FreedBlockIsReusedOnlyAfterItsCopyCompleted) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   scoped_emulated_delay delay{std::chrono::microseconds{200}};
   mr::caching_pinned_resource r{this->kind};
   stream s{this->dev()};
@@ -197,6 +198,7 @@ TYPED_TEST(CachingPinned, FreedBlockIsReusedOnlyAfterItsCopyCompleted) {
 }
 
 TYPED_TEST(CachingPinned, RecordedStreamsDelayReuseToo) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   mr::caching_pinned_resource r{this->kind};
   stream idle{this->dev()};
   stream busy{this->dev()};
@@ -227,6 +229,7 @@ TYPED_TEST(CachingPinned, RecordedStreamsDelayReuseToo) {
 }
 
 TYPED_TEST(CachingPinned, HostOnlyFreeIsReusableAtOnce) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   mr::caching_pinned_resource r{this->kind};
   auto s = default_stream(this->dev());
   void* a = r.allocate(5000, s);
@@ -255,6 +258,7 @@ TYPED_TEST(CachingPinned, HostOnlyFreeIsReusableAtOnce) {
 // it holds the block no longer, and a new stream that got its handle (as
 // emulated devices usually give) is another stream, whose work does not hold it.
 TYPED_TEST(CachingPinned, ARecordedStreamDestroyedSinceHoldsNothing) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   mr::caching_pinned_resource r{this->kind};
   stream own{this->dev()};
   const std::size_t n = 4096 + rng()() % (64 * KiB);

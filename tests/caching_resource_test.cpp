@@ -108,6 +108,7 @@ TYPED_TEST(caching_test, ReuseOnTheSameStreamIsImmediate) {
 }
 
 TYPED_TEST(caching_test, FreeMemoryOfAnotherStreamIsTakenAfterAnEvent) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   for (const char* conf : {"", "thread_cache_mb:0", "expandable:1"}) {
     auto r = this->make(conf);
     stream first{this->device_};
@@ -258,6 +259,7 @@ TYPED_TEST(caching_test, StatisticsAreExact) {
 }
 
 TYPED_TEST(caching_test, SnapshotParsesAndFollowsTheSchema) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   for (const char* conf : {"", "expandable:1"}) {
     auto r = this->make(conf);
     stream s{this->device_};

@@ -125,6 +125,7 @@ TEST(CaffeSyncedMemory, TestGPUWrite) {
 // Caffe set head_ = SYNCED in async_gpu_push before the copy had run; a host
 // write right after it raced with the copy.
 TEST(CaffeSyncedMemory, AsyncGpuPushIsSyncedOnlyWhenTheCopyIsDone) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   test::scoped_emulated_delay delay{std::chrono::microseconds{100}};
   const std::size_t n = 1 << 16;
   SyncedMemory mem(n);

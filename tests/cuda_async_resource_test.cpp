@@ -4,9 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <future>
 #include <vector>
 
+#include "device_ops.hpp"
 #include "resource_conformance.hpp"
 #include "syncmem/mr/allocation_label.hpp"
 
@@ -78,20 +78,19 @@ TYPED_TEST(cuda_async_test, FreedMemoryIsReusedOnItsStream) {
 // The issue-27 defect: with the stream held back, every free stayed queued and
 // each allocation reserved a new block, until the device ran out.
 TYPED_TEST(cuda_async_test, AFreeNotYetReachedIsReusedByItsOwnStream) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   mr::cuda_async_resource r{this->dev()};
   stream s{this->dev()};
   constexpr std::size_t bytes = std::size_t{64} << 20;
   r.deallocate(r.allocate(bytes, s), bytes, s);
   s.synchronize();
   const auto reserved = r.statistics().reserved_bytes;
-  std::promise<void> gate;
-  auto opened = gate.get_future().share();
-  s.launch_host_func([opened] { opened.wait(); });  // the stream reaches no free until the gate opens
+  stream_latch hold{s};  // the stream reaches no free until the latch is released
   const auto device_memory = get_memory_info(this->dev()).total;
   const std::size_t pairs = device_memory / bytes + 4;  // more than the device could hold at once
   for (std::size_t i = 0; i < pairs; ++i) r.deallocate(r.allocate(bytes, s), bytes, s);
   EXPECT_EQ(r.statistics().reserved_bytes, reserved);
-  gate.set_value();
+  hold.release();
   void* p = r.allocate(bytes, s);
   const auto seed = fresh_seed();
   device_fill_pattern(s, p, bytes, seed);

@@ -134,6 +134,7 @@ TEST(Emulated, CopiesPastTheEndOfAnAllocationAreRefused) {
 }
 
 TEST(Emulated, DeallocateWaitsForWorkInFlightLikeCudaFree) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   const std::size_t n = 1 << 16;
   const auto seed = test::fresh_seed();
   stream s{device_id::emulated(0)};
@@ -150,6 +151,7 @@ TEST(Emulated, DeallocateWaitsForWorkInFlightLikeCudaFree) {
 }
 
 TEST(Emulated, StreamOrderedFreeRunsAfterEarlierWork) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   const auto before = get_memory_info(device_id::emulated(0)).free;
   stream s{device_id::emulated(0)};
   void* d = emu().allocate_async(0, 4096, s.view().native_handle());

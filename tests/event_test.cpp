@@ -33,6 +33,7 @@ TYPED_TEST(Events, NeverRecordedIsReady) {
 }
 
 TYPED_TEST(Events, RecordThenSynchronize) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   stream s{this->dev()};
   event e{this->dev()};
   test::stream_latch hold{s};
@@ -44,6 +45,7 @@ TYPED_TEST(Events, RecordThenSynchronize) {
 }
 
 TYPED_TEST(Events, ReadyRefersToTheLatestRecord) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   stream busy{this->dev()};
   stream idle{this->dev()};
   event e{this->dev()};
@@ -90,6 +92,7 @@ TYPED_TEST(Events, StreamWaitOrdersWorkAcrossStreams) {
 // A wait captures the record of that moment: recording the event again on an
 // idle stream must not release a stream already waiting for the first record.
 TYPED_TEST(Events, AWaitHoldsOnToTheRecordItSaw) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   stream slow{this->dev()};
   stream waiting{this->dev()};
   stream idle{this->dev()};

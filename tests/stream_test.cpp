@@ -103,6 +103,7 @@ TYPED_TEST(Streams, CopiesAndDeviceWorkStayInOrder) {
 }
 
 TYPED_TEST(Streams, ReadyReflectsPendingWork) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   stream s{this->dev()};
   EXPECT_TRUE(s.ready());
   test::stream_latch hold{s};
@@ -230,6 +231,7 @@ TEST(EmulatedStreams, EmptyHostFunctionIsRefused) {
 }
 
 TEST(EmulatedStreams, StreamsOfTwoDevicesRunIndependently) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   stream slow{device_id::emulated(0)};
   stream fast{device_id::emulated(1)};
   test::stream_latch hold{slow};

@@ -149,6 +149,7 @@ TYPED_TEST(SyncedMemory, ReadsLeaveTheStateSyncedWritesMoveIt) {
 // ---- streams -------------------------------------------------------------------
 
 TYPED_TEST(SyncedMemory, HostAccessAfterAnAsyncDeviceWriteWaitsForIt) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   test::scoped_emulated_delay delay{std::chrono::microseconds{200}};
   const std::size_t n = 1 << 16;
   const auto seed = test::fresh_seed();
@@ -162,6 +163,7 @@ TYPED_TEST(SyncedMemory, HostAccessAfterAnAsyncDeviceWriteWaitsForIt) {
 }
 
 TYPED_TEST(SyncedMemory, DeviceAccessOnAnotherStreamIsOrderedAfterTheLast) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   test::scoped_emulated_delay delay{std::chrono::microseconds{200}};
   const std::size_t n = 1 << 15;
   const auto seed = test::fresh_seed();
@@ -183,6 +185,7 @@ TYPED_TEST(SyncedMemory, DeviceAccessOnAnotherStreamIsOrderedAfterTheLast) {
 }
 
 TYPED_TEST(SyncedMemory, PrefetchesDoNotBlockAndAreNeverClaimedSyncedEarly) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   test::scoped_emulated_delay delay{std::chrono::microseconds{100}};
   const std::size_t n = 1 << 14;
   const auto seed = test::fresh_seed();
@@ -218,6 +221,7 @@ TYPED_TEST(SyncedMemory, PrefetchesDoNotBlockAndAreNeverClaimedSyncedEarly) {
 // the state says synced at once, though the upload may still be queued (and a
 // host write waits for it).
 TYPED_TEST(SyncedMemory, ADeviceAccessIsSyncedInStreamOrderAtOnce) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   test::scoped_emulated_delay delay{std::chrono::microseconds{100}};
   const std::size_t n = 4096;
   const auto seed = test::fresh_seed();
@@ -235,6 +239,7 @@ TYPED_TEST(SyncedMemory, ADeviceAccessIsSyncedInStreamOrderAtOnce) {
 // A prefetch alone is not claimed synced before its copy completes; a device
 // access after it is: its pointer is up to date in order on its stream.
 TYPED_TEST(SyncedMemory, ADeviceAccessAfterAPrefetchIsSyncedAtOnce) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   const std::size_t n = 4096 + test::rng()() % 4096;
   const auto seed = test::fresh_seed();
   stream s{this->dev()};
@@ -254,6 +259,7 @@ TYPED_TEST(SyncedMemory, ADeviceAccessAfterAPrefetchIsSyncedAtOnce) {
 // The state may be asked from several threads at once while copies complete
 // (the TSan build checks that this is race-free).
 TYPED_TEST(SyncedMemory, StateMayBeAskedFromManyThreadsWhileCopiesComplete) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   const std::size_t n = 1 << 16;
   stream s{this->dev()};
   synced_memory m{n, this->dev()};
@@ -307,6 +313,7 @@ TYPED_TEST(SyncedMemory, AStreamDestroyedAfterUseIsNotUsedAgain) {
 // A stream that gets the handle of a destroyed stream is a different stream:
 // the buffer orders host reads, and reads on a third stream, after its work.
 TYPED_TEST(SyncedMemory, AStreamWithADestroyedStreamsHandleIsOrdered) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   const std::size_t n = 1 << 14;
   for (int reader = 0; reader < 2; ++reader) {
     const auto seed = test::fresh_seed();
@@ -334,6 +341,7 @@ TYPED_TEST(SyncedMemory, AStreamWithADestroyedStreamsHandleIsOrdered) {
 // Borrowed memory is let go only after the work the library enqueued on it:
 // the copy out of it when growing past it, a clone's copy, a zero fill.
 TYPED_TEST(SyncedMemory, BorrowedMemoryIsLetGoOnlyAfterTheWorkQueuedOnIt) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   const std::size_t n = 4096 + test::rng()() % 4096;
   const auto seed = test::fresh_seed();
   stream s{this->dev()};
@@ -584,6 +592,7 @@ TYPED_TEST(SyncedMemory, BorrowedDeviceMemoryMustBelongToTheBuffersDevice) {
 // with the copy. Here the write waits: the device receives exactly the old
 // contents, and the new contents go up with the next device access.
 TYPED_TEST(SyncedMemory, CaffeHostWriteRightAfterAsyncPushDoesNotRace) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
   test::scoped_emulated_delay delay{std::chrono::microseconds{100}};
   const std::size_t n = 1 << 16;
   const auto old_seed = test::fresh_seed();

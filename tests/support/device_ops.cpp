@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -42,6 +43,8 @@ void device_sleep(stream_view s, std::chrono::microseconds duration) {
   if (s.device().kind() == device_kind::cuda) return cuda_ops::sleep(s, duration);
   s.launch_host_func([duration] { std::this_thread::sleep_for(duration); });
 }
+
+bool stream_holds_allowed() { return std::getenv("SYNCMEM_NO_STREAM_HOLDS") == nullptr; }
 
 struct stream_latch::state {
   std::mutex mutex;

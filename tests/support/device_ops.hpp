@@ -29,6 +29,12 @@ void device_sleep(stream_view s, std::chrono::microseconds duration);
 // broken test fails instead of hanging.
 class stream_latch;
 
+// Whether streams may be held on a host latch. compute-sanitizer initcheck
+// makes enqueueing wait for the work before it, so that a test blocks in the
+// enqueue behind its own latch; scripts/gpu-check sets SYNCMEM_NO_STREAM_HOLDS
+// for that tool, and the tests that hold a stream skip, saying why.
+[[nodiscard]] bool stream_holds_allowed();
+
 // Runs `f` on another thread while `hold` keeps its stream, and lets the
 // stream go once `f` has returned or has been blocked a while; returns what
 // `f` returned. Whether `f` saw the held work is decided by what it returns,
@@ -72,3 +78,12 @@ auto while_held(stream_latch& hold, F f) {
 }
 
 }  // namespace syncmem::test
+
+// First in a test that holds a stream on a stream_latch: skips the test where
+// holding is not allowed (see stream_holds_allowed).
+#define SYNCMEM_REQUIRE_STREAM_HOLDS()                                                                \
+  do {                                                                                                \
+    if (!::syncmem::test::stream_holds_allowed()) {                                                   \
+      GTEST_SKIP() << "holds a stream on a host latch, which SYNCMEM_NO_STREAM_HOLDS rules out here"; \
+    }                                                                                                 \
+  } while (false)
