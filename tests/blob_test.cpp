@@ -28,14 +28,7 @@ void PrintTo(sync_state state, std::ostream* os) { *os << to_string(state); }
 
 namespace {
 
-std::string error_of(auto&& action) {
-  try {
-    action();
-  } catch (const logic_error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 enum class where { host, device };
 

@@ -26,14 +26,7 @@ template <class Kind>
 class DeviceVector : public test::device_test<Kind> {};
 TYPED_TEST_SUITE(DeviceVector, test::device_kinds, test::device_kind_names);
 
-std::string error_of(auto&& action) {
-  try {
-    action();
-  } catch (const logic_error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TYPED_TEST(DeviceVector, CopiesInAndOutElementForElement) {
   stream s{this->dev()};

@@ -16,14 +16,7 @@ using ::testing::HasSubstr;
 namespace syncmem {
 namespace {
 
-std::string error_of(auto&& make) {
-  try {
-    (void)make();
-  } catch (const logic_error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TEST(Shape, ScalarHasNoAxesAndOneElement) {
   const shape s;

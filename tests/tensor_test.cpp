@@ -85,14 +85,7 @@ bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
-std::string error_of(auto&& action) {
-  try {
-    action();
-  } catch (const logic_error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 template <class Kind>
 class Tensor : public test::device_test<Kind> {};

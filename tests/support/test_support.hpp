@@ -14,6 +14,7 @@
 
 #include "syncmem/device.hpp"
 #include "syncmem/emulated.hpp"
+#include "syncmem/error.hpp"
 
 namespace syncmem::test {
 
@@ -44,6 +45,16 @@ struct device_kind_names {
 [[nodiscard]] std::uint64_t run_seed();
 [[nodiscard]] std::uint64_t fresh_seed();
 [[nodiscard]] std::vector<std::uint8_t> random_bytes(std::size_t n);
+
+// The message of the syncmem::logic_error that `action` throws, or "no error".
+std::string error_of(auto&& action) {
+  try {
+    (void)action();
+  } catch (const logic_error& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 // Sets the emulated delay for a scope.
 class scoped_emulated_delay {
