@@ -154,13 +154,16 @@ TEST(Emulated, StreamOrderedFreeRunsAfterEarlierWork) {
   SYNCMEM_REQUIRE_STREAM_HOLDS();
   const auto before = get_memory_info(device_id::emulated(0)).free;
   stream s{device_id::emulated(0)};
-  void* d = emu().allocate_async(0, 4096, s.view().native_handle());
+  void* pool = emu().create_pool(0, 0);  // keeps nothing cached: a free returns the memory
+  void* d = emu().pool_allocate(0, pool, 4096, s.view().native_handle());
+  ASSERT_NE(d, nullptr);
   test::stream_latch hold{s};
-  emu().deallocate_async(0, d, s.view().native_handle());
+  emu().pool_deallocate(0, pool, d, s.view().native_handle());
   EXPECT_LT(get_memory_info(device_id::emulated(0)).free, before);
   hold.release();
   s.synchronize();
   EXPECT_EQ(get_memory_info(device_id::emulated(0)).free, before);
+  emu().destroy_pool(0, pool);
 }
 
 TEST(Emulated, VirtualMemoryMapsAndUnmapsPhysicalPages) {

@@ -65,12 +65,6 @@ class backend {
   // throws for any other failure.
   [[nodiscard]] virtual void* allocate(int index, std::size_t bytes) = 0;
   virtual void deallocate(int index, void* p, std::size_t bytes) noexcept = 0;
-  // Stream-ordered allocation (cudaMallocAsync on the device's default pool);
-  // nullptr when out of memory.
-  [[nodiscard]] virtual void* allocate_async(int index, std::size_t bytes, CUstream_st* s) = 0;
-  virtual void deallocate_async(int index, void* p, CUstream_st* s) noexcept = 0;
-  virtual void set_pool_release_threshold(int index, std::size_t bytes) = 0;
-
   // Stream-ordered allocation from a pool of syncmem's own (cudaMemPoolCreate
   // for CUDA), so that its settings never change the device's default pool.
   // supports_pools is false where the device cannot (no cudaMallocAsync).

@@ -154,28 +154,6 @@ class backend_impl final : public backend {
 
   void deallocate(int, void* p, std::size_t) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFree(p)); }
 
-  void* allocate_async(int, std::size_t bytes, CUstream_st* s) override {
-    void* p = nullptr;
-    const cudaError_t status = cudaMallocAsync(&p, bytes, native(s));
-    if (status == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    SYNCMEM_CUDA_TRY(status);
-    return p;
-  }
-
-  void deallocate_async(int, void* p, CUstream_st* s) noexcept override {
-    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFreeAsync(p, native(s)));
-  }
-
-  void set_pool_release_threshold(int index, std::size_t bytes) override {
-    cudaMemPool_t pool = nullptr;
-    SYNCMEM_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, index));
-    auto threshold = static_cast<unsigned long long>(bytes);
-    SYNCMEM_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-  }
-
   bool supports_pools(int index) override {
     int supported = 0;
     SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, index));

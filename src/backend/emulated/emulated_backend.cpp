@@ -262,19 +262,6 @@ class backend_impl final : public backend {
     ::operator delete (p, std::align_val_t{device_alignment});
   }
 
-  void* allocate_async(int index, std::size_t bytes, CUstream_st*) override { return allocate(index, bytes); }
-
-  void deallocate_async(int index, void* p, CUstream_st* s) noexcept override {
-    // Stream-ordered: free once the work before it on the stream has run.
-    try {
-      to_stream(s, index).enqueue([this, index, p] { free_now(index, p); });
-    } catch (...) {
-      free_now(index, p);
-    }
-  }
-
-  void set_pool_release_threshold(int index, std::size_t) override { (void)device(index); }
-
   bool supports_pools(int index) override {
     (void)device(index);
     return true;

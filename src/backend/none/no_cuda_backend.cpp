@@ -34,9 +34,6 @@ class backend_impl final : public backend {
   int current_index() override { refuse(); }
   void* allocate(int, std::size_t) override { refuse(); }
   void deallocate(int, void*, std::size_t) noexcept override {}
-  void* allocate_async(int, std::size_t, CUstream_st*) override { refuse(); }
-  void deallocate_async(int, void*, CUstream_st*) noexcept override {}
-  void set_pool_release_threshold(int, std::size_t) override { refuse(); }
   bool supports_pools(int) override { return false; }
   void* create_pool(int, std::size_t) override { refuse(); }
   void destroy_pool(int, void*) noexcept override {}
