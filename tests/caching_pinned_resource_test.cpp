@@ -439,46 +439,39 @@ TEST(CachingPinnedMisuse, DestructionFreesBlocksStillHandedOut) {
 TYPED_TEST(CachingPinned, ManyThreadsNeverSeeABlockInUse) {
   scoped_emulated_delay delay{std::chrono::microseconds{100}};
   mr::caching_pinned_resource r{this->kind};
-  constexpr int threads = 6;
-  std::atomic<int> failures{0};
-  std::mutex mutex;
-  std::string first_failure;
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&] {
-      try {
-        stream s{this->dev()};
-        std::mt19937_64 random{fresh_seed()};
-        struct sent {
-          std::unique_ptr<device_buffer> d;
-          std::uint64_t seed;
-        };
-        std::vector<sent> copies;
-        for (int i = 0; i < 40; ++i) {
-          const std::size_t n = 4096 * (1 + random() % 6);  // few classes: blocks are reused a lot
-          void* p = r.allocate(n, s);
-          const std::uint64_t seed = random();
-          fill_host(p, n, seed);
-          auto d = std::make_unique<device_buffer>(this->dev(), n);
-          if (random() % 4 == 0) device_sleep(s, std::chrono::microseconds{500});
-          backend_copy(d->p, p, n, s);
-          r.deallocate(p, n, s);
-          copies.push_back({std::move(d), seed});
-        }
-        for (auto& c : copies) {
-          if (!holds_pattern(memory_kind::device, s, c.d->p, c.d->bytes, c.seed)) {
-            throw std::runtime_error{"a copy read a block that was handed out again before it ran"};
-          }
-        }
-      } catch (const std::exception& e) {
-        ++failures;
-        std::lock_guard lock{mutex};
-        if (first_failure.empty()) first_failure = e.what();
+  const auto failed = run_threads(6, [&](int) {
+    stream s{this->dev()};
+    std::mt19937_64 random{fresh_seed()};
+    struct sent {
+      std::unique_ptr<device_buffer> d;
+      std::uint64_t seed;
+    };
+    std::vector<sent> copies;
+    std::size_t n = 0;
+    for (int i = 0; i < 40; ++i) {
+      if (i % 8 == 7) {
+        // Every eighth block is the size of the last one, freed and complete by
+        // now: some block is reused however the threads interleave.
+        s.synchronize();
+      } else {
+        n = 4096 * (1 + random() % 6);  // few classes: blocks are reused a lot
       }
-    });
-  }
-  for (auto& w : workers) w.join();
-  EXPECT_EQ(failures.load(), 0) << first_failure;
+      void* p = r.allocate(n, s);
+      const std::uint64_t seed = random();
+      fill_host(p, n, seed);
+      auto d = std::make_unique<device_buffer>(this->dev(), n);
+      if (random() % 4 == 0) device_sleep(s, std::chrono::microseconds{500});
+      backend_copy(d->p, p, n, s);
+      r.deallocate(p, n, s);
+      copies.push_back({std::move(d), seed});
+    }
+    for (auto& c : copies) {
+      if (!holds_pattern(memory_kind::device, s, c.d->p, c.d->bytes, c.seed)) {
+        throw std::runtime_error{"a copy read a block that was handed out again before it ran"};
+      }
+    }
+  });
+  EXPECT_EQ(failed.count, 0) << failed.first;
   EXPECT_GT(r.statistics().hits, 0U);
 }
 

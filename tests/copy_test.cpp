@@ -820,50 +820,36 @@ TYPED_TEST(Copy, AWaitedCopyLeavesItsStagingBuffersReady) {
 
 TYPED_TEST(Copy, ManyThreadsCopyAtOnce) {
   scoped_emulated_delay delay{std::chrono::microseconds{30}};
-  constexpr int threads = 6;
-  std::atomic<int> failures{0};
-  std::mutex mutex;
-  std::string first_failure;
-  std::vector<std::thread> workers;
   const bool two = this->count() >= 2;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      try {
-        std::mt19937_64 random{fresh_seed()};
-        copy_options o;
-        if (t % 2 == 1) {
-          o.direct_threshold = 1000;
-          o.min_chunk = 8 * KiB;
-          o.max_chunk = 64 * KiB;
-          o.staging_buffers = 2 + t % 3;
-          o.peer_access = false;
-        }
-        for (int i = 0; i < 12; ++i) {
-          mem from = all_mems[random() % 5];
-          mem to = all_mems[random() % 5];
-          if (!two && from == mem::other_device) from = mem::device;
-          if (!two && to == mem::other_device) to = mem::device;
-          const std::size_t n = 1 + random() % (random() % 3 == 0 ? 2 * MiB : 100 * KiB);
-          test_buffer src{from, this->kind, n};
-          test_buffer dst{to, this->kind, n};
-          std::vector<std::uint8_t> bytes(n);
-          for (auto& b : bytes) b = static_cast<std::uint8_t>(random());
-          src.write(bytes);
-          const stream_view s = stream_for(this->kind, src, dst, random() % 2 == 0);
-          copy(dst.data(), src.data(), n, s, o);
-          if (!same_bytes(dst.read(), bytes)) {
-            throw std::runtime_error{std::string{"wrong bytes copying "} + name(from) + " -> " + name(to)};
-          }
-        }
-      } catch (const std::exception& e) {
-        ++failures;
-        std::lock_guard lock{mutex};
-        if (first_failure.empty()) first_failure = e.what();
+  const auto failed = run_threads(6, [&](int t) {
+    std::mt19937_64 random{fresh_seed()};
+    copy_options o;
+    if (t % 2 == 1) {
+      o.direct_threshold = 1000;
+      o.min_chunk = 8 * KiB;
+      o.max_chunk = 64 * KiB;
+      o.staging_buffers = 2 + t % 3;
+      o.peer_access = false;
+    }
+    for (int i = 0; i < 12; ++i) {
+      mem from = all_mems[random() % 5];
+      mem to = all_mems[random() % 5];
+      if (!two && from == mem::other_device) from = mem::device;
+      if (!two && to == mem::other_device) to = mem::device;
+      const std::size_t n = 1 + random() % (random() % 3 == 0 ? 2 * MiB : 100 * KiB);
+      test_buffer src{from, this->kind, n};
+      test_buffer dst{to, this->kind, n};
+      std::vector<std::uint8_t> bytes(n);
+      for (auto& b : bytes) b = static_cast<std::uint8_t>(random());
+      src.write(bytes);
+      const stream_view s = stream_for(this->kind, src, dst, random() % 2 == 0);
+      copy(dst.data(), src.data(), n, s, o);
+      if (!same_bytes(dst.read(), bytes)) {
+        throw std::runtime_error{std::string{"wrong bytes copying "} + name(from) + " -> " + name(to)};
       }
-    });
-  }
-  for (auto& w : workers) w.join();
-  EXPECT_EQ(failures.load(), 0) << first_failure;
+    }
+  });
+  EXPECT_EQ(failed.count, 0) << failed.first;
 }
 
 }  // namespace

@@ -141,52 +141,38 @@ TYPED_TEST_P(resource_conformance, LiveBlocksAreDistinctAndKeepTheirContents) {
 
 TYPED_TEST_P(resource_conformance, ManyThreadsOnManyStreams) {
   scoped_emulated_delay delay{std::chrono::microseconds{5}};
-  constexpr int threads = 6;
-  std::atomic<int> failures{0};
-  std::mutex message_mutex;
-  std::string first_failure;
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&] {
-      try {
-        stream own{this->device()};
-        stream_view s = own;
-        std::mt19937_64 random{fresh_seed()};
-        struct block {
-          void* p;
-          std::size_t bytes;
-          std::uint64_t seed;
-        };
-        std::vector<block> live;
-        for (int i = 0; i < 60; ++i) {
-          if (live.size() < 8 && random() % 3 != 0) {
-            const std::size_t bytes = 1 + random() % (random() % 4 == 0 ? 300000 : 5000);
-            void* p = this->resource().allocate(bytes, s);
-            const std::uint64_t seed = random();
-            fill_pattern(this->kind(), s, p, bytes, seed);
-            live.push_back({p, bytes, seed});
-          } else if (!live.empty()) {
-            const auto victim = random() % live.size();
-            auto b = live[victim];
-            if (!holds_pattern(this->kind(), s, b.p, b.bytes, b.seed)) throw std::runtime_error{"corrupted block"};
-            this->resource().deallocate(b.p, b.bytes, s);
-            live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
-          }
-        }
-        for (auto& b : live) {
-          if (!holds_pattern(this->kind(), s, b.p, b.bytes, b.seed)) throw std::runtime_error{"corrupted block"};
-          this->resource().deallocate(b.p, b.bytes, s);
-        }
-        s.synchronize();
-      } catch (const std::exception& e) {
-        ++failures;
-        std::lock_guard lock{message_mutex};
-        if (first_failure.empty()) first_failure = e.what();
+  const auto failed = run_threads(6, [&](int) {
+    stream own{this->device()};
+    stream_view s = own;
+    std::mt19937_64 random{fresh_seed()};
+    struct block {
+      void* p;
+      std::size_t bytes;
+      std::uint64_t seed;
+    };
+    std::vector<block> live;
+    for (int i = 0; i < 60; ++i) {
+      if (live.size() < 8 && random() % 3 != 0) {
+        const std::size_t bytes = 1 + random() % (random() % 4 == 0 ? 300000 : 5000);
+        void* p = this->resource().allocate(bytes, s);
+        const std::uint64_t seed = random();
+        fill_pattern(this->kind(), s, p, bytes, seed);
+        live.push_back({p, bytes, seed});
+      } else if (!live.empty()) {
+        const auto victim = random() % live.size();
+        auto b = live[victim];
+        if (!holds_pattern(this->kind(), s, b.p, b.bytes, b.seed)) throw std::runtime_error{"corrupted block"};
+        this->resource().deallocate(b.p, b.bytes, s);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
       }
-    });
-  }
-  for (auto& w : workers) w.join();
-  EXPECT_EQ(failures.load(), 0) << first_failure;
+    }
+    for (auto& b : live) {
+      if (!holds_pattern(this->kind(), s, b.p, b.bytes, b.seed)) throw std::runtime_error{"corrupted block"};
+      this->resource().deallocate(b.p, b.bytes, s);
+    }
+    s.synchronize();
+  });
+  EXPECT_EQ(failed.count, 0) << failed.first;
 }
 
 // Memory freed on a stream whose work is still running (a delayed write) and

@@ -1,8 +1,10 @@
 #include "test_support.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 namespace syncmem::test {
@@ -48,6 +50,27 @@ std::vector<std::uint8_t> random_bytes(std::size_t n) {
     std::memcpy(bytes.data() + i, &word, n - i);
   }
   return bytes;
+}
+
+thread_failures run_threads(int threads, const std::function<void(int)>& body) {
+  std::atomic<int> failures{0};
+  std::mutex mutex;
+  std::string first;
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      try {
+        body(t);
+      } catch (const std::exception& e) {
+        ++failures;
+        std::lock_guard lock{mutex};
+        if (first.empty()) first = e.what();
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  return {failures.load(), first};
 }
 
 scoped_emulated_delay::scoped_emulated_delay(std::chrono::microseconds delay)

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,6 +56,16 @@ std::string error_of(auto&& action) {
   }
   return "no error";
 }
+
+// What run_threads saw: how many threads threw, and the first one's message.
+struct thread_failures {
+  int count = 0;
+  std::string first;
+};
+
+// Runs body(t) for t in [0, threads) on as many threads at once and joins
+// them; an exception ends only its own thread and is counted.
+thread_failures run_threads(int threads, const std::function<void(int)>& body);
 
 // Sets the emulated delay for a scope.
 class scoped_emulated_delay {
