@@ -38,7 +38,7 @@ namespace fs = std::filesystem;
 
 fs::path fixture_dir() {
   if (const char* dir = std::getenv("SYNCMEM_TEST_DATA")) return fs::path{dir} / "npy";
-  return fs::path{__FILE__}.parent_path() / "data" / "npy";
+  return fs::path{SYNCMEM_TEST_DATA_DIR} / "npy";
 }
 
 std::vector<std::byte> read_file(const fs::path& path) {
