@@ -96,6 +96,20 @@ class stopwatch {
   std::chrono::steady_clock::time_point t0_{};
 };
 
+// Runs `once` a first time to warm up, then times it each iteration and
+// counts `bytes` moved per iteration.
+template <class Once>
+void time_copies(benchmark::State& state, stopwatch& watch, stream_view s, std::size_t bytes, Once&& once) {
+  once();
+  s.synchronize();
+  for (auto _ : state) {
+    watch.start();
+    once();
+    state.SetIterationTime(watch.stop());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+}
+
 // The memory one size's benchmarks copy between, kept from one benchmark to
 // the next of the same size (pinning 1 GiB takes most of a second).
 struct buffers {
@@ -174,14 +188,7 @@ void run_bandwidth(benchmark::State& state, device_id d, std::size_t n, directio
       backend_copy(dst, src, n, s);
     }
   };
-  once();  // warm: the engine's staging blocks, the driver's staging buffers
-  s.synchronize();
-  for (auto _ : state) {
-    watch.start();
-    once();
-    state.SetIterationTime(watch.stop());
-  }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n));
+  time_copies(state, watch, s, n, once);  // warm: the engine's staging blocks, the driver's staging buffers
 }
 
 double median(std::vector<double> v) {
@@ -255,15 +262,7 @@ void run_d2d(benchmark::State& state, device_id d, std::size_t n, const std::str
       backend_copy(b.device_b, b.device_a, n, s);
     }
   };
-  once();
-  s.synchronize();
-  for (auto _ : state) {
-    watch.start();
-    once();
-    state.SetIterationTime(watch.stop());
-  }
-  // Bytes moved; a device-to-device copy reads and writes each of them.
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n));
+  time_copies(state, watch, s, n, once);  // bytes copied, each of them read and written
 }
 
 void run_peer(benchmark::State& state, device_id from, device_id to, std::size_t n, const std::string& method) {
@@ -286,14 +285,7 @@ void run_peer(benchmark::State& state, device_id from, device_id to, std::size_t
         backend_copy(b, a, n, s);
       }
     };
-    once();
-    s.synchronize();
-    for (auto _ : state) {
-      watch.start();
-      once();
-      state.SetIterationTime(watch.stop());
-    }
-    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n));
+    time_copies(state, watch, s, n, once);
   }
   src.deallocate(a, n, default_stream(from));
   dst.deallocate(b, n, default_stream(to));

@@ -101,18 +101,6 @@ snapshot_segment parse_segment(const json_at& j, snapshot& s) {
 
 }  // namespace
 
-std::string_view to_string(block_state state) noexcept {
-  switch (state) {
-    case block_state::allocated:
-      return "allocated";
-    case block_state::free:
-      return "free";
-    case block_state::pending:
-      return "pending";
-  }
-  return "unknown";
-}
-
 snapshot snapshot_from_json(const nlohmann::json& document, const std::string& source) {
   const json_at root{document, source, ""};
   if (!document.is_object() || !document.contains("format")) {

@@ -23,12 +23,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "syncmem/mr/allocator_snapshot.hpp"
+
 namespace syncmem::tool {
 
 inline constexpr const char* snapshot_format = "syncmem.snapshot/1";
 
-enum class block_state { allocated, free, pending };
-[[nodiscard]] std::string_view to_string(block_state state) noexcept;
+// The library's block states and their names, read back.
+using mr::block_state;
+using mr::to_string;
 
 struct snapshot_block {
   std::uint64_t offset = 0;
