@@ -72,6 +72,12 @@ void* pin(memory_resource& upstream, std::size_t size, stream_view stream) {
   }
 }
 
+// The name is formatted only here, off the path of a correct free.
+void report_unknown_free(const std::string& resource, const char* call, void* p, std::size_t bytes) {
+  detail::logger().error("{}: {} of {} ({} bytes), which it did not hand out or which was freed already", resource,
+                         call, p, bytes);
+}
+
 }  // namespace
 
 struct caching_pinned_resource::state {
@@ -118,15 +124,11 @@ struct caching_pinned_resource::state {
 
   explicit state(device_id h) : home{h} { live.reserve(256); }
 
-  // Under `mutex`: the live block at `p`, no longer live; null (and logged) when
-  // it was not handed out or was freed already.
-  block* take_live(void* p, std::size_t bytes, const char* call, const std::string& resource) {
+  // Under `mutex`: the live block at `p`, no longer live; null when it was not
+  // handed out or was freed already.
+  block* take_live(void* p) {
     auto it = live.find(p);
-    if (it == live.end()) {
-      detail::logger().error("{}: {} of {} ({} bytes), which it did not hand out or which was freed already", resource,
-                             call, p, bytes);
-      return nullptr;
-    }
+    if (it == live.end()) return nullptr;
     block* b = it->second;
     live.erase(it);
     stats.bytes_in_use -= b->size;
@@ -419,8 +421,8 @@ void caching_pinned_resource::do_deallocate(void* p, std::size_t bytes, stream_v
   std::vector<state::block*> doomed;
   {
     std::lock_guard lock{st.mutex};
-    state::block* b = st.take_live(p, bytes, "deallocate", name());
-    if (b == nullptr) return;
+    state::block* b = st.take_live(p);
+    if (b == nullptr) return report_unknown_free(name(), "deallocate", p, bytes);
     std::vector<stream_view> uses = b->take_recorded();
     if (std::find(uses.begin(), uses.end(), stream) == uses.end()) {
       try {
@@ -440,8 +442,8 @@ void caching_pinned_resource::deallocate_host_only(void* p, std::size_t bytes, s
   std::vector<state::block*> doomed;
   {
     std::lock_guard lock{st.mutex};
-    state::block* b = st.take_live(p, bytes, "deallocate_host_only", name());
-    if (b == nullptr) return;
+    state::block* b = st.take_live(p);
+    if (b == nullptr) return report_unknown_free(name(), "deallocate_host_only", p, bytes);
     std::vector<stream_view> uses = b->take_recorded();
     if (uses.empty()) {
       st.ready(b, options_.max_cached_bytes, doomed);
