@@ -307,5 +307,47 @@ TYPED_TEST(BatchCopy, PathSaysHowTheCopiesWent) {
   EXPECT_EQ(copy_async(requests, default_stream(this->dev())).path(), copy_path::batch_loop);
 }
 
+// Under stream capture each copy becomes a graph node of its own (the batch
+// API cannot be captured): nothing is copied before the launch, every byte
+// after it. A copy that needs the engine's host threads is refused before
+// anything is captured.
+TYPED_TEST(BatchCopy, CapturedIntoAGraphCopyByCopy) {
+  if (!this->is_cuda()) GTEST_SKIP() << "emulated devices cannot capture a graph";
+  stream s{this->dev()};
+  const std::size_t n = 3001;
+  region pinned{mem::pinned, this->dev(), 2 * n}, dev{mem::device, this->dev(), 2 * n};
+  region back{mem::pinned, this->dev(), 2 * n}, pageable{mem::pageable, this->dev(), n};
+  const bytes_t source = random_bytes(2 * n), back_before = random_bytes(2 * n);
+  pinned.write(source);
+  dev.write(random_bytes(2 * n));
+  back.write(back_before);
+  const std::vector<copy_request> up{{dev.data() + n, pinned.data(), n}, {dev.data(), pinned.data() + n, n}};
+  const std::vector<copy_request> down{{back.data(), dev.data(), n}, {back.data() + n, dev.data() + n, n}};
+  std::optional<transfer> t;
+  cuda_ops::capture_and_launch(
+      s,
+      [&] {
+        t = copy_async(up, s);
+        copy(down, s);  // ready at once: nothing to wait for before the launch
+      },
+      [&] { EXPECT_EQ(back.read(), back_before) << "a captured batch copied before the graph was launched"; });
+  EXPECT_TRUE(t->ready());
+  EXPECT_EQ(t->path(), copy_path::batch_loop);
+  bytes_t expected(source.begin() + n, source.end());
+  expected.insert(expected.end(), source.begin(), source.begin() + n);
+  EXPECT_EQ(back.read(), expected);
+
+  const std::vector<copy_request> from_pageable{{dev.data(), pinned.data(), 10},
+                                                {dev.data() + 100, pageable.data(), 10}};
+  std::string message = "no error";
+  try {
+    cuda_ops::capture_and_launch(
+        s, [&] { (void)copy_async(from_pageable, s); }, [] {});
+  } catch (const unsupported_error& e) {
+    message = e.what();
+  }
+  EXPECT_THAT(message, HasSubstr("copy 1 (10 bytes, pageable to device) cannot be captured"));
+}
+
 }  // namespace
 }  // namespace syncmem::test

@@ -32,8 +32,13 @@
 ///
 /// ## Stream capture
 /// While `stream` is being captured into a CUDA graph (cudaStreamIsCapturing)
-/// the batch API cannot be used: every copy then goes through copy_async, one
-/// by one, exactly as a single copy would under capture.
+/// the batch API cannot be used: each copy is captured as a node of its own
+/// (one cudaMemcpyAsync each, transfer::path() batch_loop), and the transfer
+/// returned is ready at once (the copies run when the graph is launched).
+/// Only copies between pinned host, device and managed memory can be
+/// captured; a batch with a copy that needs the engine's host threads
+/// (pageable memory, host to host) or another device is refused with
+/// syncmem::unsupported_error before anything is captured.
 ///
 /// ## What the batch guarantees
 /// What copy_async guarantees for one copy, for every copy of the list:
@@ -79,6 +84,7 @@ inline constexpr std::size_t max_batch_staging = std::size_t{64} << 20;
 /// as the memory allows (see batch_copy.hpp).
 /// @throws syncmem::logic_error for bad input (nothing is copied)
 /// @throws syncmem::out_of_memory when the staging cannot be had (nothing is copied)
+/// @throws syncmem::unsupported_error under stream capture, for a copy that cannot be captured (nothing is captured)
 /// @throws syncmem::cuda_error when the backend fails
 [[nodiscard]] transfer copy_async(std::span<const copy_request> copies, stream_view stream);
 /// @brief The same, with options other than get_copy_options().

@@ -45,6 +45,7 @@ struct entry {
   copy_side to;
   copy_side from;
   route how;
+  std::size_t index;  // in the caller's list (the first, for coalesced copies)
 };
 
 bool is_host(const copy_side& s) { return s.kind == memory_kind::pageable_host || s.kind == memory_kind::pinned_host; }
@@ -352,9 +353,22 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
     device_guard guard{device};
     capturing = backend.stream_capturing(device.index(), s.native_handle());
   }
-  if (capturing) {  // one by one, as single copies behave under capture
-    for (const entry& e : entries) (void)detail::copy_sides(e.dst, e.to, e.src, e.from, e.bytes, s, o);
-    return detail::transfer_after(s, copy_path::batch_loop);
+  if (capturing) {
+    // The batch API cannot be captured, nor can the host threads' work: each
+    // copy becomes a graph node of its own, and what needs a host thread is
+    // refused before anything is captured.
+    for (const entry& e : entries) {
+      if (e.how != route::dma) {
+        SYNCMEM_UNSUPPORTED(fmt::format(
+            "copy_async (batch): copy {} ({} bytes, {} to {}) cannot be captured into a CUDA graph: only copies "
+            "between pinned host, device and managed memory of the stream's device can; nothing was captured",
+            e.index, e.bytes, to_string(e.from.kind), to_string(e.to.kind)));
+      }
+    }
+    device_guard guard{device};
+    for (const entry& e : entries) backend.memcpy_async(e.dst, e.src, e.bytes, device.index(), s.native_handle());
+    // Nothing runs before the graph is launched: there is nothing to wait for.
+    return detail::transfer_complete(copy_path::batch_loop);
   }
   std::vector<entry> direct;
   std::vector<staged> up;
@@ -468,7 +482,7 @@ transfer copy_async(std::span<const copy_request> copies, stream_view stream, co
       SYNCMEM_FAIL(fmt::format("copy {} of the batch: {}", i, e.what()));
     }
     append_coalesced(entries, {static_cast<std::byte*>(c.dst), static_cast<const std::byte*>(c.src), c.bytes, to, from,
-                               route_of(to, from)});
+                               route_of(to, from), i});
   }
   check_overlaps(copies);
   if (entries.empty()) return {};
@@ -485,7 +499,8 @@ transfer detail::copy_batch_known(std::span<const known_copy> copies, stream_vie
   const copy_options options = get_copy_options();
   std::vector<entry> entries;
   entries.reserve(copies.size());
-  for (const known_copy& c : copies) {
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const known_copy& c = copies[i];
     if (c.bytes == 0) continue;
     copy_side to, from;
     to.kind = c.dst_kind;
@@ -493,7 +508,7 @@ transfer detail::copy_batch_known(std::span<const known_copy> copies, stream_vie
     if (to.kind == memory_kind::device) to.device = stream.device();
     if (from.kind == memory_kind::device) from.device = stream.device();
     append_coalesced(entries, {static_cast<std::byte*>(c.dst), static_cast<const std::byte*>(c.src), c.bytes, to, from,
-                               route_of(to, from)});
+                               route_of(to, from), i});
   }
   if (entries.empty()) return {};
   return run_batch(entries, stream, options);
