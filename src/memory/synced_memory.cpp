@@ -209,7 +209,9 @@ bool synced_memory::copy_running() const { return in_flight_ != in_flight::none 
 
 void synced_memory::to_host(bool for_write) {
   check_usable();
-  finish_copy_if_done();
+  // A download below ends any copy in flight (it waits for the stream that
+  // copy is on): no query for it then.
+  if (state_ != sync_state::at_device) finish_copy_if_done();
   // A download in flight writes the host side: wait before any host access. An
   // upload in flight reads it: wait before a host write. A download started
   // below needs no wait: it is ordered after any copy in flight on the device.
