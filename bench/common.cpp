@@ -36,6 +36,7 @@ void register_all(const options& o) {
   register_synced_memory_suite(o);
   register_memcpy_suite(o);
   register_tensor_suite(o);
+  register_batch_suite(o);
 }
 
 }  // namespace syncmem::bench

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -454,6 +455,52 @@ TYPED_TEST(Blob, LabelsAndDescription) {
   EXPECT_THAT(b.to_string(), HasSubstr("diff tensor 'conv1.weight.diff'"));
   blob moved = std::move(b);
   EXPECT_EQ(moved.count(), 4);
+}
+
+// A blob's data and diff, and a net's list of blobs, made current on the
+// device and back in one batch each, every byte checked.
+TYPED_TEST(Blob, BatchedPrefetchOfDataAndDiff) {
+  stream s{this->dev()};
+  std::vector<std::unique_ptr<blob>> net;
+  std::vector<const blob*> list;
+  std::vector<std::vector<float>> data, diff;
+  for (int i = 0; i < 5; ++i) {
+    net.push_back(std::make_unique<blob>(shape{2, 3 + i, 5}, this->dev()));
+    blob& b = *net.back();
+    const auto n = static_cast<std::size_t>(b.count());
+    std::vector<float> a(n), g(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      a[k] = static_cast<float>(test::rng()() % 1000);
+      g[k] = static_cast<float>(test::rng()() % 1000);
+    }
+    std::copy(a.begin(), a.end(), b.mutable_host_data<float>());
+    std::copy(g.begin(), g.end(), b.mutable_host_diff<float>());
+    data.push_back(a);
+    diff.push_back(g);
+    list.push_back(&b);
+  }
+  net[0]->prefetch_to_device(s);
+  EXPECT_EQ(net[0]->data().storage()->counters().to_device_copies, 1U);
+  EXPECT_EQ(net[0]->diff().storage()->counters().to_device_copies, 1U);
+  prefetch_to_device(list, s);
+  for (std::size_t i = 0; i < net.size(); ++i) {
+    const std::size_t n = data[i].size() * sizeof(float);
+    std::vector<float> got(data[i].size());
+    auto bytes = test::read_device(s, net[i]->device_data<float>(s), n);
+    std::memcpy(got.data(), bytes.data(), n);
+    EXPECT_EQ(got, data[i]) << "blob " << i << " data";
+    bytes = test::read_device(s, net[i]->device_diff<float>(s), n);
+    std::memcpy(got.data(), bytes.data(), n);
+    EXPECT_EQ(got, diff[i]) << "blob " << i << " diff";
+    EXPECT_EQ(net[i]->data().storage()->counters().to_device_copies, 1U);
+    net[i]->scale_data(2.0, s);  // on the device
+  }
+  prefetch_to_host(list, s);
+  synchronize(list);
+  for (std::size_t i = 0; i < net.size(); ++i) {
+    const float* h = net[i]->host_data<float>();
+    for (std::size_t k = 0; k < data[i].size(); ++k) ASSERT_EQ(h[k], 2 * data[i][k]) << i << ", " << k;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <optional>
 #include <span>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "poisoning_resource.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/mr/failure_adaptor.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/mr/statistics_adaptor.hpp"
@@ -763,6 +765,121 @@ TYPED_TEST(SyncedMemory, SpansRefuseASizeThatIsNotAWholeNumberOfElements) {
   EXPECT_EQ(m.host_span<std::uint16_t>().size(), 5U);
   synced_memory empty{0, this->dev()};
   EXPECT_TRUE(empty.host_span<double>().empty());
+}
+
+// ---- many buffers at once ----------------------------------------------------------------
+
+// Buffers of odd sizes with pinned and pageable host sides, some listed twice,
+// some empty, some already on the device: one batched prefetch brings every
+// byte up, each state and counter as a prefetch of its own would leave them.
+TYPED_TEST(SyncedMemory, BatchedPrefetchToDeviceAndBack) {
+  const device_id d = this->dev();
+  stream s{d};
+  std::vector<std::unique_ptr<synced_memory>> owned;
+  std::vector<std::vector<std::uint8_t>> contents;
+  std::vector<synced_memory*> list;
+  for (int i = 0; i < 40; ++i) {
+    synced_memory_options o;
+    o.host_kind = i % 3 == 0 ? host_memory_kind::pageable : host_memory_kind::pinned;
+    const std::size_t n = i % 11 == 5 ? 0 : 1 + test::rng()() % 70000;
+    owned.push_back(std::make_unique<synced_memory>(n, d, o));
+    contents.push_back(test::random_bytes(n));
+    if (n > 0) std::memcpy(owned.back()->mutable_host_data(), contents.back().data(), n);
+    list.push_back(owned.back().get());
+    if (i % 7 == 0) list.push_back(owned.back().get());  // twice: prefetched once
+  }
+  prefetch_to_device(list, s);
+  for (std::size_t i = 0; i < owned.size(); ++i) {
+    synced_memory& m = *owned[i];
+    if (m.empty()) {
+      EXPECT_EQ(m.state(), sync_state::uninitialized);
+      continue;
+    }
+    EXPECT_EQ(m.counters().to_device_copies, 1U) << i;
+    EXPECT_EQ(read_device(s, m.device_data(s), m.size()), contents[i]) << "buffer " << i;
+    EXPECT_EQ(m.state(), sync_state::synced);
+  }
+  // The device writes each; one batched prefetch brings every byte down.
+  for (std::size_t i = 0; i < owned.size(); ++i) {
+    if (owned[i]->empty()) continue;
+    test::device_add_bytes(s, owned[i]->mutable_device_data(s), owned[i]->size(), 3);
+    for (auto& b : contents[i]) b = static_cast<std::uint8_t>(b + 3);
+  }
+  prefetch_to_host(list, s);
+  synchronize(list);
+  for (std::size_t i = 0; i < owned.size(); ++i) {
+    if (owned[i]->empty()) continue;
+    EXPECT_TRUE(owned[i]->ready());
+    EXPECT_EQ(owned[i]->state(), sync_state::synced);
+    EXPECT_EQ(host_bytes(*owned[i]), contents[i]) << "buffer " << i;
+    EXPECT_EQ(owned[i]->counters().to_host_copies, 1U) << i;
+  }
+}
+
+// A host write after a batched upload waits for that upload, which reads the
+// host side.
+TYPED_TEST(SyncedMemory, HostWriteWaitsForBatchedUpload) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  const device_id d = this->dev();
+  stream s{d};
+  synced_memory a{5000, d}, b{777, d};
+  const auto ca = test::random_bytes(5000), cb = test::random_bytes(777);
+  std::memcpy(a.mutable_host_data(), ca.data(), ca.size());
+  std::memcpy(b.mutable_host_data(), cb.data(), cb.size());
+  std::vector<synced_memory*> list{&a, &b};
+  {
+    test::stream_latch hold{s};
+    prefetch_to_device(list, s);
+    EXPECT_FALSE(a.ready());
+    EXPECT_EQ(a.state(), sync_state::at_host);  // not claimed synced before the copy is done
+    // b shares the batch's copy: done once the write has waited for it.
+    const bool batch_done = while_held(hold, [&] {
+      std::memset(a.mutable_host_data(), 0, 5000);
+      return b.ready();
+    });
+    EXPECT_TRUE(batch_done) << "a host write did not wait for the batched upload reading its host side";
+  }
+  synced_memory* only_b[] = {&b};
+  synchronize(only_b);
+  EXPECT_EQ(read_device(s, b.device_data(s), 777), cb);
+  EXPECT_EQ(a.state(), sync_state::at_host);
+  (void)a.device_data(s);
+  EXPECT_EQ(read_device(s, a.device_data(s), 5000), std::vector<std::uint8_t>(5000, 0));
+}
+
+// Device memory that runs out for one buffer of the batch: nothing is
+// started and every state is as it was.
+TYPED_TEST(SyncedMemory, BatchedPrefetchFailureChangesNoState) {
+  const device_id d = this->dev();
+  stream s{d};
+  mr::failure_adaptor failing{mr::get_per_device_resource(d)};
+  synced_memory_options o;
+  o.device_resource = &failing;
+  std::vector<std::unique_ptr<synced_memory>> owned;
+  std::vector<synced_memory*> list;
+  for (int i = 0; i < 6; ++i) {
+    owned.push_back(std::make_unique<synced_memory>(1000 + i, d, o));
+    std::memset(owned.back()->mutable_host_data(), i, 1000 + i);
+    list.push_back(owned.back().get());
+  }
+  failing.set_predicate(mr::failure_adaptor::nth(4));
+  EXPECT_THROW(prefetch_to_device(list, s), std::bad_alloc);
+  for (const auto& m : owned) {
+    EXPECT_EQ(m->state(), sync_state::at_host);
+    EXPECT_EQ(m->counters().to_device_copies, 0U);
+  }
+  synced_memory* null_list[] = {owned[0].get(), nullptr};
+  EXPECT_THAT(test::error_of([&] {
+                prefetch_to_device(null_list, s);
+                return 0;
+              }),
+              HasSubstr("buffer 1 of 2 is null"));
+  failing.set_predicate({});
+  prefetch_to_device(list, s);
+  for (std::size_t i = 0; i < owned.size(); ++i) {
+    EXPECT_EQ(read_device(s, owned[i]->device_data(s), 1000 + i),
+              std::vector<std::uint8_t>(1000 + i, static_cast<std::uint8_t>(i)));
+  }
 }
 
 }  // namespace

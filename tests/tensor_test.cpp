@@ -698,5 +698,37 @@ TYPED_TEST(Tensor, AllcloseComparesAsNumpyDoes) {
   EXPECT_TRUE(allclose(ints, same, 0, 0));
 }
 
+// Tensors made current on the device and back in one batch: views of one
+// storage count once, tensors without storage are skipped, every byte arrives.
+TYPED_TEST(Tensor, BatchedPrefetchOverTensors) {
+  stream s{this->dev()};
+  std::vector<tensor> list;
+  std::vector<std::vector<std::uint8_t>> contents;
+  for (int i = 0; i < 6; ++i) {
+    tensor t{dtype::uint8, shape{3 + 7 * i, 5}, this->dev()};
+    contents.push_back(test::random_bytes(t.nbytes()));
+    std::memcpy(t.mutable_host_data<std::uint8_t>(), contents.back().data(), t.nbytes());
+    list.push_back(t);
+    list.push_back(t.slice(1, 2));  // a view of the same storage
+  }
+  list.emplace_back();  // no storage
+  prefetch_to_device(list, s);
+  for (std::size_t i = 0; i < contents.size(); ++i) {
+    tensor& t = list[2 * i];
+    EXPECT_EQ(t.storage()->counters().to_device_copies, 1U) << i;
+    EXPECT_EQ(read_device(s, t.device_data<std::uint8_t>(s), t.nbytes()), contents[i]) << "tensor " << i;
+    test::device_add_bytes(s, t.mutable_device_data<std::uint8_t>(s), t.nbytes(), 5);
+    for (auto& b : contents[i]) b = static_cast<std::uint8_t>(b + 5);
+  }
+  prefetch_to_host(list, s);
+  synchronize(list);
+  for (std::size_t i = 0; i < contents.size(); ++i) {
+    tensor& t = list[2 * i];
+    EXPECT_EQ(t.storage()->counters().to_host_copies, 1U) << i;
+    const std::uint8_t* h = t.host_data<std::uint8_t>();
+    EXPECT_EQ(std::vector<std::uint8_t>(h, h + t.nbytes()), contents[i]) << "tensor " << i;
+  }
+}
+
 }  // namespace
 }  // namespace syncmem

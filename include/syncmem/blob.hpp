@@ -234,6 +234,15 @@ class blob {
   void scale_diff(double factor);
   void scale_diff(double factor, stream_view s);
 
+  // ---- data and diff together -------------------------------------------------------------
+  /// @brief Starts bringing data and diff up to date on the device, on `s`,
+  /// in one batch of copies (syncmem::prefetch_to_device over tensors).
+  void prefetch_to_device(stream_view s) const;
+  /// @brief The same towards the host.
+  void prefetch_to_host(stream_view s) const;
+  /// @brief Waits for the copies in flight of data and diff and for their streams.
+  void synchronize() const;
+
   /// @brief "blob: data <tensor::to_string()>; diff <...>".
   [[nodiscard]] std::string to_string() const;
 
@@ -246,5 +255,15 @@ class blob {
 
 /// @brief Writes blob::to_string().
 std::ostream& operator<<(std::ostream& os, const blob& b);
+
+/// @brief Starts bringing the data and diff of every blob (a net's list of
+/// blobs) up to date on the device, on `s`: all their copies in one batch.
+/// Null entries are refused; shared storages count once.
+/// @throws syncmem::logic_error for a null blob or a stream of another device (nothing is started)
+void prefetch_to_device(std::span<const blob* const> blobs, stream_view s);
+/// @brief The same towards the host.
+void prefetch_to_host(std::span<const blob* const> blobs, stream_view s);
+/// @brief Waits for every blob's copies and streams.
+void synchronize(std::span<const blob* const> blobs);
 
 }  // namespace syncmem

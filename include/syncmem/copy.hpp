@@ -102,6 +102,8 @@ enum class copy_path : unsigned char {
   peer_dma,          ///< device to another device, directly (peer access)
   peer_staged,       ///< device to another device through pinned host chunks
   across_backends,   ///< device to a device of the other backend, through host memory, complete at return
+  batch,             ///< many copies, their DMAs in one submission each (cudaMemcpyBatchAsync); batch_copy.hpp
+  batch_loop,        ///< many copies, one backend copy each (older runtimes, emulated devices, stream capture)
 };
 
 /// @brief "none", "host_memcpy", "dma", ...

@@ -277,6 +277,10 @@ class synced_memory {
   [[nodiscard]] bool has_device_memory() const noexcept { return device_side_.ptr != nullptr; }
 
  private:
+  friend void prefetch_to_device(std::span<synced_memory* const> buffers, stream_view s);
+  friend void prefetch_to_host(std::span<synced_memory* const> buffers, stream_view s);
+  friend void synchronize(std::span<synced_memory* const> buffers);
+
   // size() / sizeof(T), checked before any access so that a refused call changes nothing.
   template <class T>
   [[nodiscard]] std::size_t element_count(const char* accessor) const {
@@ -341,5 +345,22 @@ class synced_memory {
   transfer_counters counters_;
   std::uint64_t reallocations_ = 0;
 };
+
+/// @brief Starts bringing the device side of every buffer up to date on `s`,
+/// without blocking: what each buffer's prefetch_to_device(s) does, with the
+/// copies of all of them in one batch (batch_copy.hpp: one submission where
+/// the device can, pageable host sides gathered into one pinned staging
+/// block). A buffer listed twice is prefetched once; null entries are refused.
+/// @param s a stream of the buffers' device
+/// @throws syncmem::logic_error for a null or moved-from buffer or a stream of
+/// another device (nothing is started); syncmem::out_of_memory when device
+/// memory or the staging cannot be had: no buffer's state has then changed
+void prefetch_to_device(std::span<synced_memory* const> buffers, stream_view s);
+/// @brief The same towards the host: every buffer whose device side is newest
+/// starts its download on `s`, all in one batch. Pageable host sides are
+/// complete at return.
+void prefetch_to_host(std::span<synced_memory* const> buffers, stream_view s);
+/// @brief Each buffer's synchronize(), waiting once for each stream.
+void synchronize(std::span<synced_memory* const> buffers);
 
 }  // namespace syncmem

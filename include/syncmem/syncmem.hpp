@@ -3,6 +3,7 @@
 /// @file syncmem.hpp
 /// @brief Everything public and backend-neutral (no CUDA header needed).
 
+#include "syncmem/batch_copy.hpp"
 #include "syncmem/blob.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"

@@ -362,6 +362,17 @@ class tensor {
 /// @brief Writes tensor::to_string().
 std::ostream& operator<<(std::ostream& os, const tensor& t);
 
+/// @brief Starts bringing the storage of every tensor up to date on the
+/// device, on `s`, without blocking: the storages' copies in one batch
+/// (syncmem::prefetch_to_device over synced_memory; views of one storage
+/// count once). Tensors without storage are skipped.
+/// @throws syncmem::logic_error for a stream of another device than a storage's (nothing is started)
+void prefetch_to_device(std::span<const tensor> tensors, stream_view s);
+/// @brief The same towards the host: the storages whose device side is newest, in one batch on `s`.
+void prefetch_to_host(std::span<const tensor> tensors, stream_view s);
+/// @brief Each storage's synchronize(), waiting once for each stream.
+void synchronize(std::span<const tensor> tensors);
+
 /// @brief Whether `a` and `b` have one shape and every pair of elements
 /// satisfies |a - b| <= atol + rtol × |b| (numpy.allclose), compared as
 /// doubles on the host (dtypes may differ; int64 beyond 2^53 loses precision).

@@ -96,6 +96,17 @@ class backend {
   virtual void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) = 0;
   virtual void memcpy_async(void* dst, const void* src, std::size_t bytes, int index, CUstream_st* s) = 0;
   virtual void memset_async(void* dst, int value, std::size_t bytes, int index, CUstream_st* s) = 0;
+  // Copies `count` ranges (none empty, none overlapping another's destination)
+  // in order on `s`, in one submission where the device can
+  // (cudaMemcpyBatchAsync, CUDA >= 12.8, each source read in stream order);
+  // returns false, having enqueued nothing, where it cannot: an older runtime
+  // or driver, the legacy default stream, a stream being captured. The caller
+  // then copies the ranges one by one. The base class always says false.
+  [[nodiscard]] virtual bool memcpy_batch_async(void* const* dsts, const void* const* srcs, const std::size_t* sizes,
+                                                std::size_t count, int index, CUstream_st* s);
+  // Whether `s` is being captured into a graph (cudaStreamIsCapturing); false
+  // where the backend cannot capture.
+  [[nodiscard]] virtual bool stream_capturing(int index, CUstream_st* s);
 
   // Events.
   [[nodiscard]] virtual CUevent_st* create_event(int index, bool timing, bool blocking_sync) = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -208,7 +209,9 @@ bool synced_memory::copy_running() const { return in_flight_ != in_flight::none 
 
 void synced_memory::to_host(bool for_write) {
   check_usable();
-  finish_copy_if_done();
+  // A download below ends any copy in flight (it waits for the stream that
+  // copy is on): no query for it then.
+  if (state_ != sync_state::at_device) finish_copy_if_done();
   // A download in flight writes the host side: wait before any host access. An
   // upload in flight reads it: wait before a host write. A download started
   // below needs no wait: it is ordered after any copy in flight on the device.
@@ -319,6 +322,109 @@ stream_view synced_memory::last_or_default_stream() const {
 }
 
 stream_view synced_memory::default_device_stream() const { return default_stream(device_); }
+
+// ---------------------------------------------------------------------------
+// many buffers at once
+// ---------------------------------------------------------------------------
+
+namespace {
+// The buffers, each once, checked before anything changes.
+std::vector<synced_memory*> distinct_buffers(std::span<synced_memory* const> buffers, const char* what) {
+  std::vector<synced_memory*> out(buffers.begin(), buffers.end());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    SYNCMEM_EXPECTS(out[i] != nullptr, fmt::format("{}: buffer {} of {} is null", what, i, out.size()));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+}  // namespace
+
+void prefetch_to_device(std::span<synced_memory* const> buffers, stream_view s) {
+  const auto list = distinct_buffers(buffers, "prefetch_to_device");
+  for (synced_memory* b : list) b->check_stream(s);
+  if (list.empty()) return;
+  device_guard guard{s.device()};
+  // Device memory first, for every buffer that needs some: a failure leaves
+  // every state as it was.
+  for (synced_memory* b : list) {
+    b->order_on(s);
+    b->finish_copy_if_done();
+    const bool needs_memory = b->size_ > 0 && b->device_side_.ptr == nullptr &&
+                              (b->state_ == sync_state::uninitialized || b->state_ == sync_state::at_host);
+    if (needs_memory) b->device_side_ = b->allocate_device(b->capacity_, s);
+  }
+  std::vector<detail::known_copy> copies;
+  std::vector<synced_memory*> moving;
+  for (synced_memory* b : list) {
+    if (b->size_ > 0 && b->state_ == sync_state::at_host) {
+      copies.push_back({b->device_side_.ptr, memory_kind::device, b->host_.ptr, b->host_.kind, b->size_});
+      moving.push_back(b);
+    }
+  }
+  transfer batch = detail::copy_batch_known(copies, s);
+  for (synced_memory* b : moving) {
+    b->copy_ = detail::share_transfer(batch);
+    b->in_flight_ = synced_memory::in_flight::to_device;
+    b->state_before_copy_ = sync_state::at_host;
+    b->prefetch_in_flight_ = true;
+    b->state_ = sync_state::synced;
+    ++b->counters_.to_device_copies;
+    b->counters_.to_device_bytes += b->size_;
+  }
+  for (synced_memory* b : list) {
+    if (b->size_ > 0 && b->state_ == sync_state::uninitialized) {
+      if (b->options_.zero_fill) b->zero_device(0, b->size_, s);
+      b->state_ = sync_state::at_device;
+    }
+  }
+}
+
+void prefetch_to_host(std::span<synced_memory* const> buffers, stream_view s) {
+  const auto list = distinct_buffers(buffers, "prefetch_to_host");
+  for (synced_memory* b : list) b->check_stream(s);
+  std::vector<synced_memory*> moving;
+  for (synced_memory* b : list) {
+    if (b->state_ == sync_state::at_device && b->size_ > 0) moving.push_back(b);
+  }
+  if (moving.empty()) return;
+  device_guard guard{s.device()};
+  for (synced_memory* b : moving) {
+    b->order_on(s);
+    if (b->host_.ptr == nullptr) b->host_ = b->allocate_host(b->capacity_);
+  }
+  std::vector<detail::known_copy> copies;
+  copies.reserve(moving.size());
+  for (synced_memory* b : moving) {
+    copies.push_back({b->host_.ptr, b->host_.kind, b->device_side_.ptr, memory_kind::device, b->size_});
+  }
+  transfer batch = detail::copy_batch_known(copies, s);
+  for (synced_memory* b : moving) {
+    b->copy_ = detail::share_transfer(batch);
+    b->in_flight_ = synced_memory::in_flight::to_host;
+    b->state_before_copy_ = sync_state::at_device;
+    b->prefetch_in_flight_ = true;
+    b->state_ = sync_state::synced;
+    ++b->counters_.to_host_copies;
+    b->counters_.to_host_bytes += b->size_;
+  }
+}
+
+void synchronize(std::span<synced_memory* const> buffers) {
+  const auto list = distinct_buffers(buffers, "synchronize");
+  for (synced_memory* b : list) b->check_usable();
+  std::vector<stream_view> streams;
+  for (synced_memory* b : list) {
+    b->wait_for_copy();
+    if (!b->last_stream_.usable()) continue;
+    const stream_view v = b->last_stream_.view();
+    const bool seen = std::any_of(streams.begin(), streams.end(), [&](const stream_view& w) {
+      return w.device() == v.device() && w.native_handle() == v.native_handle();
+    });
+    if (!seen) streams.push_back(v);
+  }
+  for (const stream_view& v : streams) v.synchronize();
+}
 
 // ---------------------------------------------------------------------------
 // memory

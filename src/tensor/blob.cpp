@@ -1,7 +1,9 @@
 #include "syncmem/blob.hpp"
 
+#include <array>
 #include <ostream>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -314,5 +316,45 @@ std::string blob::to_string() const {
 }
 
 std::ostream& operator<<(std::ostream& os, const blob& b) { return os << b.to_string(); }
+
+// ---- data and diff together ---------------------------------------------------------------
+
+namespace {
+std::vector<tensor> tensors_of(std::span<const blob* const> blobs, const char* what) {
+  std::vector<tensor> out;
+  out.reserve(2 * blobs.size());
+  for (std::size_t i = 0; i < blobs.size(); ++i) {
+    SYNCMEM_EXPECTS(blobs[i] != nullptr, fmt::format("{}: blob {} of {} is null", what, i, blobs.size()));
+    out.push_back(blobs[i]->data());
+    out.push_back(blobs[i]->diff());
+  }
+  return out;
+}
+}  // namespace
+
+void blob::prefetch_to_device(stream_view s) const {
+  const std::array<tensor, 2> both{data_, diff_};
+  syncmem::prefetch_to_device(both, s);
+}
+
+void blob::prefetch_to_host(stream_view s) const {
+  const std::array<tensor, 2> both{data_, diff_};
+  syncmem::prefetch_to_host(both, s);
+}
+
+void blob::synchronize() const {
+  const std::array<tensor, 2> both{data_, diff_};
+  syncmem::synchronize(both);
+}
+
+void prefetch_to_device(std::span<const blob* const> blobs, stream_view s) {
+  prefetch_to_device(tensors_of(blobs, "prefetch_to_device"), s);
+}
+
+void prefetch_to_host(std::span<const blob* const> blobs, stream_view s) {
+  prefetch_to_host(tensors_of(blobs, "prefetch_to_host"), s);
+}
+
+void synchronize(std::span<const blob* const> blobs) { synchronize(tensors_of(blobs, "synchronize")); }
 
 }  // namespace syncmem

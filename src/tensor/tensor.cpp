@@ -6,6 +6,7 @@
 #include <limits>
 #include <ostream>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -388,6 +389,23 @@ void tensor::prefetch_to_host() const {
 void tensor::synchronize() const {
   if (storage_) storage_->synchronize();
 }
+
+namespace {
+std::vector<synced_memory*> storages_of(std::span<const tensor> tensors) {
+  std::vector<synced_memory*> out;
+  out.reserve(tensors.size());
+  for (const tensor& t : tensors) {
+    if (t.has_storage()) out.push_back(t.storage().get());
+  }
+  return out;
+}
+}  // namespace
+
+void prefetch_to_device(std::span<const tensor> tensors, stream_view s) { prefetch_to_device(storages_of(tensors), s); }
+
+void prefetch_to_host(std::span<const tensor> tensors, stream_view s) { prefetch_to_host(storages_of(tensors), s); }
+
+void synchronize(std::span<const tensor> tensors) { synchronize(storages_of(tensors)); }
 
 // ---------------------------------------------------------------------------
 // views

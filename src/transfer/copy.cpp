@@ -31,7 +31,12 @@ namespace syncmem {
 namespace detail {
 
 struct transfer_state {
-  std::optional<event> done;  // recorded after the copy's last device-side access
+  std::optional<event> done;                     // recorded after the copy's last device-side access
+  std::shared_ptr<const transfer_state> shared;  // or the state of a batch this transfer is part of
+  [[nodiscard]] const event* done_event() const noexcept {
+    if (done) return &*done;
+    return shared && shared->done ? &*shared->done : nullptr;
+  }
   transfer_state() = default;
   transfer_state(const transfer_state&) = delete;
   transfer_state& operator=(const transfer_state&) = delete;
@@ -46,6 +51,17 @@ struct transfer_access {
     t.state_ = std::move(state);
     t.path_ = path;
     return t;
+  }
+  static transfer share(transfer& t) {
+    if (!t.state_) return make(nullptr, t.path_);
+    if (!t.state_->shared) {
+      std::shared_ptr<const transfer_state> whole{std::move(t.state_)};
+      t.state_ = std::make_unique<transfer_state>();
+      t.state_->shared = whole;
+    }
+    auto state = std::make_unique<transfer_state>();
+    state->shared = t.state_->shared;
+    return make(std::move(state), t.path_);
   }
   static void finish_completed(transfer& t) noexcept {
     if (t.state_ && t.state_->done) {
@@ -152,12 +168,7 @@ bool peer_usable(device_id a, device_id b) {
 
 // ---- what a pointer is -------------------------------------------------------------
 
-struct side {
-  memory_kind kind = memory_kind::pageable_host;
-  std::optional<device_id> device;  // of device memory
-  const void* base = nullptr;       // the allocation, when known
-  std::size_t size = 0;
-};
+using side = detail::copy_side;
 
 // The kind of `p` as the backend of the copy's stream sees it: memory the
 // emulated backend pinned is pageable to CUDA.
@@ -668,6 +679,10 @@ std::string to_string(copy_path path) {
       return "peer_staged";
     case copy_path::across_backends:
       return "across_backends";
+    case copy_path::batch:
+      return "batch";
+    case copy_path::batch_loop:
+      return "batch_loop";
   }
   return "unknown";
 }
@@ -713,10 +728,13 @@ transfer& transfer::operator=(transfer&& other) noexcept {
   return *this;
 }
 
-bool transfer::ready() const { return !state_ || !state_->done || state_->done->ready(); }
+bool transfer::ready() const {
+  const event* e = state_ ? state_->done_event() : nullptr;
+  return e == nullptr || e->ready();
+}
 
 void transfer::wait() const {
-  if (state_ && state_->done) state_->done->synchronize();
+  if (const event* e = state_ ? state_->done_event() : nullptr) e->synchronize();
 }
 
 transfer copy_async(void* dst, const void* src, std::size_t bytes, stream_view stream) {
@@ -778,6 +796,25 @@ void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* sr
 }
 
 void detail::finish_completed(transfer& t) noexcept { transfer_access::finish_completed(t); }
+
+void detail::check_copy_options(const copy_options& options) { check_options(options); }
+detail::copy_side detail::classify_pointer(const void* p, device_kind backend) { return classify(p, backend); }
+void detail::check_copy_extent(const void* p, std::size_t bytes, const copy_side& s, const char* which) {
+  check_extent(p, bytes, s, which);
+}
+void detail::check_copy_stream(stream_view stream, const copy_side& dst, const copy_side& src) {
+  check_stream(stream, dst, src);
+}
+transfer detail::copy_sides(void* dst, const copy_side& to, const void* src, const copy_side& from, std::size_t bytes,
+                            stream_view stream, const copy_options& options) {
+  if (bytes == 0) return {};
+  return dispatch(dst, to, src, from, bytes, stream, options);
+}
+transfer detail::transfer_after(stream_view s, copy_path path) { return transfer_access::make(done_after(s), path); }
+transfer detail::transfer_complete(copy_path path) { return transfer_access::make(nullptr, path); }
+transfer detail::share_transfer(transfer& t) { return transfer_access::share(t); }
+void detail::wait_for_stream(stream_view s) { wait_for(s); }
+stream_view detail::engine_stream_of(device_id device) { return engine_stream(device); }
 
 memory_kind detail::host_memory_kind_for(const void* p, device_kind backend) { return classify(p, backend).kind; }
 

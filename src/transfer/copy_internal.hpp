@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "syncmem/copy.hpp"
@@ -14,6 +16,38 @@
 #include "transfer/host_copy_pool.hpp"
 
 namespace syncmem::detail {
+
+// What the engine knows of one side of a copy (see classify_pointer).
+struct copy_side {
+  memory_kind kind = memory_kind::pageable_host;
+  std::optional<device_id> device;  // of device memory
+  const void* base = nullptr;       // the allocation, when known
+  std::size_t size = 0;
+};
+
+// The kind of `p` as the backend of a copy's stream sees it: memory the
+// emulated backend pinned is pageable to CUDA.
+[[nodiscard]] copy_side classify_pointer(const void* p, device_kind backend);
+// The checks copy_async makes of one copy's classified sides (see copy.hpp,
+// "Bad input" and "Which stream"); `what` names the call in the message.
+void check_copy_extent(const void* p, std::size_t bytes, const copy_side& s, const char* which);
+void check_copy_stream(stream_view stream, const copy_side& dst, const copy_side& src);
+// Refuses options with a bad value (copy_async's check).
+void check_copy_options(const copy_options& options);
+// One copy of classified sides, by the path the table in copy.hpp gives.
+[[nodiscard]] transfer copy_sides(void* dst, const copy_side& to, const void* src, const copy_side& from,
+                                  std::size_t bytes, stream_view stream, const copy_options& options);
+// A transfer that completes with the work enqueued on `s` so far (an event
+// recorded now), or one complete at once.
+[[nodiscard]] transfer transfer_after(stream_view s, copy_path path);
+[[nodiscard]] transfer transfer_complete(copy_path path);
+// Another transfer that completes with `t` (both share its event), for the
+// buffers of a batch.
+[[nodiscard]] transfer share_transfer(transfer& t);
+// Waits for the work enqueued on `s` before host threads touch memory it may use.
+void wait_for_stream(stream_view s);
+// The engine's own stream on `device`.
+[[nodiscard]] stream_view engine_stream_of(device_id device);
 
 [[nodiscard]] transfer copy_async_known(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,
                                         std::size_t bytes, stream_view stream);
@@ -23,6 +57,18 @@ namespace syncmem::detail {
 // enqueued on after the copy: no event is needed for that.
 void copy_known_and_wait(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind, std::size_t bytes,
                          stream_view stream);
+
+// One copy of a batch whose caller knows the kinds (synced_memory); device
+// memory is the memory of the stream's device. The batch skips classifying
+// and checking (the caller's buffers never overlap).
+struct known_copy {
+  void* dst = nullptr;
+  memory_kind dst_kind = memory_kind::device;
+  const void* src = nullptr;
+  memory_kind src_kind = memory_kind::device;
+  std::size_t bytes = 0;
+};
+[[nodiscard]] transfer copy_batch_known(std::span<const known_copy> copies, stream_view stream);
 
 // Ends `t`, which the caller knows has completed (its stream was synchronized
 // after it): its event goes back to the pool as one needing no query.

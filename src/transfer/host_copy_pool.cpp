@@ -389,8 +389,13 @@ host_copy_pool::job::job(host_copy_pool& pool, direction dir, std::byte* dst, co
 host_copy_pool::job::~job() { stop(); }
 
 void host_copy_pool::job::open(std::size_t c, std::byte* staging, const event* gate) {
+  open(c, staging, gate, nullptr);
+}
+
+void host_copy_pool::job::open(std::size_t c, std::byte* staging, const event* gate, std::byte* user) {
   chunk_state& state = chunks_[c];
   state.staging = staging;
+  state.user = user;
   state.gate = gate;
   state.gate_state.store(gate == nullptr ? gate_open : gate_closed, std::memory_order_relaxed);
   state.remaining.store(state.end_piece - (c == 0 ? 0 : chunks_[c - 1].end_piece), std::memory_order_relaxed);
@@ -448,10 +453,11 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
       case direction::to_staging: {
         std::byte* out = state.staging + in_chunk;
         const bool demoting = pc.chunk >= demoted_from_;
+        const std::byte* in = state.user != nullptr ? state.user + in_chunk : src_ + pc.offset;
         if (pc.chunk < ordinary_from_ || (demoting && !can_demote())) {
-          copy_piece(out, src_ + pc.offset, pc.bytes);
+          copy_piece(out, in, pc.bytes);
         } else {
-          std::memcpy(out, src_ + pc.offset, pc.bytes);
+          std::memcpy(out, in, pc.bytes);
           if (demoting) {  // a DMA reads it next: out of this core's caches first
             demote(out, pc.bytes);
             demoted.fetch_add(pc.bytes, std::memory_order_relaxed);
@@ -460,7 +466,8 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
         break;
       }
       case direction::from_staging:
-        copy_piece(dst_ + pc.offset, state.staging + in_chunk, pc.bytes);
+        copy_piece(state.user != nullptr ? state.user + in_chunk : dst_ + pc.offset, state.staging + in_chunk,
+                   pc.bytes);
         // Demoted before the next DMA into the buffer, once the piece is reported done.
         if (demote_staging_) pending.add(state.staging + in_chunk, pc.bytes);
         break;

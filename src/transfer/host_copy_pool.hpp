@@ -147,6 +147,11 @@ class host_copy_pool::job {
   // null; it must stay recorded as it is until the chunk is finished) has
   // completed.
   void open(std::size_t c, std::byte* staging, const event* gate);
+  // The same for a gather into staging (to_staging) or a scatter out of it
+  // (from_staging) of many small ranges: the user's side of chunk `c` is
+  // `user` rather than the job's range at the chunk's offset (a batch of
+  // copies makes each of its ranges a chunk; see batch_copy.cpp).
+  void open(std::size_t c, std::byte* staging, const event* gate, std::byte* user);
   // Copies pieces of chunk `c` on the caller while any are left, then waits
   // until every piece of it is done. Throws what a pool thread met (a gate's
   // error), after which the job copies nothing more.
@@ -188,6 +193,7 @@ class host_copy_pool::job {
     chunk range{};
     std::size_t end_piece = 0;  // one past the chunk's last piece
     std::byte* staging = nullptr;
+    std::byte* user = nullptr;  // the user's side of the chunk, when not the job's range
     const event* gate = nullptr;
     std::atomic<int> gate_state{gate_open};
     std::atomic<std::size_t> remaining{0};

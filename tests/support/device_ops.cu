@@ -57,4 +57,29 @@ void sleep(stream_view s, std::chrono::microseconds duration) {
   SYNCMEM_CUDA_TRY(cudaGetLastError());
 }
 
+void capture_and_launch(stream_view s, const std::function<void()>& enqueue,
+                        const std::function<void()>& before_launch) {
+  device_guard guard{s.device()};
+  cudaStream_t native = cuda::native(s);
+  SYNCMEM_CUDA_TRY(cudaStreamBeginCapture(native, cudaStreamCaptureModeRelaxed));
+  cudaGraph_t graph = nullptr;
+  try {
+    enqueue();
+  } catch (...) {
+    (void)cudaStreamEndCapture(native, &graph);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    throw;
+  }
+  SYNCMEM_CUDA_TRY(cudaStreamEndCapture(native, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  SYNCMEM_CUDA_TRY(instantiated);
+  before_launch();
+  const cudaError_t launched = cudaGraphLaunch(exec, native);
+  const cudaError_t done = launched == cudaSuccess ? cudaStreamSynchronize(native) : launched;
+  (void)cudaGraphExecDestroy(exec);
+  SYNCMEM_CUDA_TRY(done);
+}
+
 }  // namespace syncmem::test::cuda_ops

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <vector>
@@ -67,6 +68,12 @@ namespace cuda_ops {
 void fill_pattern(stream_view s, void* p, std::size_t bytes, std::uint64_t seed);
 void add_bytes(stream_view s, void* p, std::size_t bytes, std::uint8_t delta);
 void sleep(stream_view s, std::chrono::microseconds duration);
+// Captures what `enqueue` puts on `s` into a CUDA graph (relaxed mode, so that
+// the engine may still ask the driver about pointers), calls `before_launch`,
+// then launches the graph on `s` and waits for it. The capture is ended even
+// when `enqueue` throws, and the exception goes on.
+void capture_and_launch(stream_view s, const std::function<void()>& enqueue,
+                        const std::function<void()>& before_launch);
 }  // namespace cuda_ops
 
 template <class F>

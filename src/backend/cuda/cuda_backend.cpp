@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <exception>
 #include <fstream>
@@ -289,6 +290,46 @@ class backend_impl final : public backend {
     SYNCMEM_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, native(s)));
   }
 
+  bool memcpy_batch_async(void* const* dsts, const void* const* srcs, const std::size_t* sizes, std::size_t count, int,
+                          CUstream_st* s) override {
+#if CUDART_VERSION >= 12080
+    // The batch API refuses the legacy default stream; a captured stream
+    // takes the copies one by one (the batch call cannot be captured).
+    if (count == 0 || s == nullptr || !batch_supported_.load(std::memory_order_relaxed)) return false;
+    if (stream_capturing(0, s)) return false;
+    // Every source in stream order: a device source may still be written by
+    // a kernel before the batch, and a host source by earlier work on `s`.
+    cudaMemcpyAttributes attributes{};
+    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    std::size_t first = 0;
+#if CUDART_VERSION >= 13000
+    const cudaError_t status = cudaMemcpyBatchAsync(dsts, srcs, sizes, count, &attributes, &first, 1, native(s));
+#else
+    std::size_t failed = 0;
+    const cudaError_t status =
+        cudaMemcpyBatchAsync(const_cast<void**>(dsts), const_cast<void**>(srcs), const_cast<std::size_t*>(sizes), count,
+                             &attributes, &first, 1, &failed, native(s));
+#endif
+    if (status == cudaErrorNotSupported || status == cudaErrorCallRequiresNewerDriver) {
+      // A driver without the batch API: copy one by one from now on.
+      cudaGetLastError();
+      batch_supported_.store(false, std::memory_order_relaxed);
+      return false;
+    }
+    SYNCMEM_CUDA_TRY(status);
+    return true;
+#else
+    (void)dsts, (void)srcs, (void)sizes, (void)count, (void)s;
+    return false;
+#endif
+  }
+
+  bool stream_capturing(int, CUstream_st* s) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    SYNCMEM_CUDA_TRY(cudaStreamIsCapturing(native(s), &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+
   // ---- events ----------------------------------------------------------------
   CUevent_st* create_event(int, bool timing, bool blocking_sync) override {
     unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
@@ -453,6 +494,7 @@ class backend_impl final : public backend {
     return prop;
   }
 
+  std::atomic<bool> batch_supported_{true};
   std::once_flag count_once_;
   int count_ = 0;
   std::string why_;

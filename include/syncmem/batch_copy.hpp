@@ -1,0 +1,98 @@
+#pragma once
+
+/// @file batch_copy.hpp
+/// @brief Many copies at the cost of one: a batched copy_async over a list of
+/// (destination, source, bytes).
+///
+/// Each copy in the list may be between any two kinds of memory, as for
+/// copy_async (copy.hpp); the batch moves them with as few submissions as it
+/// can:
+///
+/// - copies between pinned host and device memory (and device to the same
+///   device, managed memory) go to the device together: one
+///   cudaMemcpyBatchAsync (CUDA 12.8 or later) for the lot, every source read
+///   in stream order (never the relaxed order: a kernel before the batch may
+///   still be writing a device source);
+/// - copies from pageable memory are gathered by the engine's host threads
+///   into one block of pinned staging and go up from there; copies to pageable
+///   memory come down into the block and are scattered from it; both in
+///   groups that grow from copy_options::min_chunk to max_chunk, so that the
+///   host threads and the DMAs overlap, each group one submission. The block
+///   holds at most max_batch_staging bytes; a batch that stages more reuses
+///   it in rounds;
+/// - copies that lie end to end on both sides (each one starting where the one
+///   before it in the list ended, within one allocation) become one copy;
+/// - host to host copies are made by the host threads; copies between two
+///   devices take copy_async's own path, one by one.
+///
+/// Where the backend cannot submit a batch (a CUDA runtime or driver older
+/// than 12.8, emulated devices, the legacy default stream, which
+/// cudaMemcpyBatchAsync refuses) each group's copies are enqueued one by one
+/// instead, with the same results; transfer::path() then says batch_loop.
+///
+/// ## Stream capture
+/// While `stream` is being captured into a CUDA graph (cudaStreamIsCapturing)
+/// the batch API cannot be used: each copy is captured as a node of its own
+/// (one cudaMemcpyAsync each, transfer::path() batch_loop), and the transfer
+/// returned is ready at once (the copies run when the graph is launched).
+/// Only copies between pinned host, device and managed memory can be
+/// captured; a batch with a copy that needs the engine's host threads
+/// (pageable memory, host to host) or another device is refused with
+/// syncmem::unsupported_error before anything is captured.
+///
+/// ## What the batch guarantees
+/// What copy_async guarantees for one copy, for every copy of the list:
+/// (a) and (b) of copy.hpp hold for the whole batch, and the transfer
+/// returned is ready once every destination is complete. Copies to pageable
+/// memory are complete at return; copies from pageable memory have read
+/// their sources at return.
+///
+/// ## Bad input
+/// What copy_async refuses for one copy is refused for any copy of the list,
+/// naming its index; and a destination that overlaps another copy's
+/// destination or source is refused (the copies of a batch run in no
+/// particular order). A refused batch copies nothing. Zero-length copies are
+/// skipped, whatever their pointers. The pinned staging is taken before
+/// anything is enqueued: when it cannot be had the batch throws
+/// syncmem::out_of_memory and copies nothing. A copy between two devices that
+/// fails after the rest of the batch was enqueued reports the failure; the
+/// copies before it in the list are then done or under way.
+///
+/// ## Thread safety
+/// As copy_async.
+
+#include <cstddef>
+#include <span>
+
+#include "syncmem/copy.hpp"
+#include "syncmem/stream.hpp"
+
+namespace syncmem {
+
+/// @brief One copy of a batch: `bytes` bytes from `src` to `dst`.
+struct copy_request {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// @brief The most pinned staging one batch takes for its copies to and from
+/// pageable memory; a batch that stages more reuses it in rounds.
+inline constexpr std::size_t max_batch_staging = std::size_t{64} << 20;
+
+/// @brief Copies every request in order on `stream`, with as few submissions
+/// as the memory allows (see batch_copy.hpp).
+/// @throws syncmem::logic_error for bad input (nothing is copied)
+/// @throws syncmem::out_of_memory when the staging cannot be had (nothing is copied)
+/// @throws syncmem::unsupported_error under stream capture, for a copy that cannot be captured (nothing is captured)
+/// @throws syncmem::cuda_error when the backend fails
+[[nodiscard]] transfer copy_async(std::span<const copy_request> copies, stream_view stream);
+/// @brief The same, with options other than get_copy_options().
+[[nodiscard]] transfer copy_async(std::span<const copy_request> copies, stream_view stream,
+                                  const copy_options& options);
+
+/// @brief copy_async(copies, stream).wait(): every destination is complete at return.
+void copy(std::span<const copy_request> copies, stream_view stream);
+void copy(std::span<const copy_request> copies, stream_view stream, const copy_options& options);
+
+}  // namespace syncmem

@@ -1,0 +1,517 @@
+// The batched copy (batch_copy.hpp): many copies in few submissions.
+
+#include "syncmem/batch_copy.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/backend.hpp"
+#include "core/event_pool.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/event.hpp"
+#include "syncmem/mr/caching_pinned_resource.hpp"
+#include "transfer/copy_internal.hpp"
+#include "transfer/host_copy_pool.hpp"
+
+namespace syncmem {
+
+namespace {
+
+using detail::copy_side;
+using detail::event_pool;
+using detail::host_copy_pool;
+
+// How one copy of a batch travels.
+enum class route : unsigned char {
+  host,    // host to host, by the host threads
+  dma,     // straight to the device's copy engines (pinned, device, managed)
+  up,      // from pageable memory, gathered into the staging
+  down,    // to pageable memory, scattered from the staging
+  single,  // between two devices: copy_async's own path
+};
+
+struct entry {
+  std::byte* dst;
+  const std::byte* src;
+  std::size_t bytes;
+  copy_side to;
+  copy_side from;
+  route how;
+  std::size_t index;  // in the caller's list (the first, for coalesced copies)
+};
+
+bool is_host(const copy_side& s) { return s.kind == memory_kind::pageable_host || s.kind == memory_kind::pinned_host; }
+
+route route_of(const copy_side& to, const copy_side& from) {
+  if (is_host(to) && is_host(from)) return route::host;
+  if (to.kind == memory_kind::managed || from.kind == memory_kind::managed) return route::dma;
+  if (to.kind == memory_kind::device && from.kind == memory_kind::device) {
+    return *to.device == *from.device ? route::dma : route::single;
+  }
+  if (from.kind == memory_kind::device) return to.kind == memory_kind::pinned_host ? route::dma : route::down;
+  return from.kind == memory_kind::pinned_host ? route::dma : route::up;
+}
+
+// Whether two ranges of one kind of memory that lie end to end may be copied
+// as one: pageable memory always, other memory within one known allocation
+// (a copy may not run from one allocation into the next).
+bool one_allocation(const copy_side& a, const copy_side& b) {
+  if (a.kind != b.kind || a.device != b.device) return false;
+  if (a.kind == memory_kind::pageable_host) return true;
+  return a.base != nullptr && a.base == b.base;
+}
+
+// Appends `e` to `out`, or extends the last entry when `e` continues it on both sides.
+void append_coalesced(std::vector<entry>& out, const entry& e) {
+  if (!out.empty()) {
+    entry& last = out.back();
+    if (last.how == e.how && last.dst + last.bytes == e.dst && last.src + last.bytes == e.src &&
+        one_allocation(last.to, e.to) && one_allocation(last.from, e.from)) {
+      last.bytes += e.bytes;
+      return;
+    }
+  }
+  out.push_back(e);
+}
+
+// A pointer's side, reusing the last answer while pointers stay within its
+// allocation (a batch's ranges usually lie in a few allocations, and asking
+// the driver costs more than the copy's own submission).
+class classifier {
+ public:
+  explicit classifier(device_kind backend) : backend_{backend} {}
+  copy_side operator()(const void* p) {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    for (const copy_side& s : recent_) {
+      const auto base = reinterpret_cast<std::uintptr_t>(s.base);
+      if (s.base != nullptr && a >= base && a - base < s.size) return s;
+    }
+    copy_side s = detail::classify_pointer(p, backend_);
+    if (s.base != nullptr) {
+      recent_[next_] = s;
+      next_ = (next_ + 1) % recent_.size();
+    }
+    return s;
+  }
+
+ private:
+  device_kind backend_;
+  std::array<copy_side, 4> recent_{};
+  std::size_t next_ = 0;
+};
+
+// Destinations pairwise disjoint, and disjoint from every source: the copies
+// of a batch run in no particular order.
+void check_overlaps(std::span<const copy_request> copies) {
+  struct range {
+    std::uintptr_t begin, end;
+    std::size_t index;
+  };
+  std::vector<range> dsts;
+  dsts.reserve(copies.size());
+  std::uintptr_t src_low = UINTPTR_MAX, src_high = 0;
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const auto& c = copies[i];
+    if (c.bytes == 0) continue;
+    const auto d = reinterpret_cast<std::uintptr_t>(c.dst);
+    const auto s = reinterpret_cast<std::uintptr_t>(c.src);
+    dsts.push_back({d, d + c.bytes, i});
+    src_low = std::min(src_low, s);
+    src_high = std::max(src_high, s + c.bytes);
+  }
+  const auto by_begin = [](const range& a, const range& b) { return a.begin < b.begin; };
+  if (!std::is_sorted(dsts.begin(), dsts.end(), by_begin)) std::sort(dsts.begin(), dsts.end(), by_begin);
+  const auto fail = [&](std::size_t i, std::size_t j, const char* what) {
+    const auto& a = copies[i];
+    const auto& b = copies[j];
+    SYNCMEM_FAIL(
+        fmt::format("copy_async (batch): the destination of copy {} [{}, +{}) overlaps the {} of copy {} "
+                    "[{}, +{}); nothing was copied",
+                    i, a.dst, a.bytes, what, j, std::string_view{what} == "source" ? b.src : b.dst, b.bytes));
+  };
+  for (std::size_t k = 1; k < dsts.size(); ++k) {
+    if (dsts[k].begin < dsts[k - 1].end) {
+      fail(std::min(dsts[k - 1].index, dsts[k].index), std::max(dsts[k - 1].index, dsts[k].index), "destination");
+    }
+  }
+  if (dsts.empty() || src_high <= dsts.front().begin || src_low >= dsts.back().end) return;
+  // The sources reach among the destinations: look each one up.
+  std::vector<std::uintptr_t> ends(dsts.size());
+  for (std::size_t k = 0; k < dsts.size(); ++k) ends[k] = dsts[k].end;  // increasing: the ranges are disjoint
+  for (std::size_t j = 0; j < copies.size(); ++j) {
+    const auto& c = copies[j];
+    if (c.bytes == 0) continue;
+    const auto s = reinterpret_cast<std::uintptr_t>(c.src);
+    const auto k = static_cast<std::size_t>(std::upper_bound(ends.begin(), ends.end(), s) - ends.begin());
+    if (k < dsts.size() && dsts[k].begin < s + c.bytes) fail(dsts[k].index, j, "source");
+  }
+}
+
+// ---- carrying out a batch -----------------------------------------------------------------
+
+// One staging slot per range that goes through it, in whole cache lines.
+constexpr std::size_t slot_alignment = 64;
+std::size_t aligned(std::size_t n) { return (n + slot_alignment - 1) / slot_alignment * slot_alignment; }
+
+// A range through the staging: `at` is its offset in the block.
+struct staged {
+  std::byte* user;         // the pageable side
+  std::byte* device_side;  // the other side (the device or pinned memory)
+  std::size_t bytes;
+  std::size_t at;
+};
+
+class batch_runner {
+ public:
+  explicit batch_runner(stream_view s) : s_{s}, backend_{detail::backend_for(s.device())} {}
+
+  // Enqueues the ranges, one submission where the backend can.
+  void submit(const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
+              const std::vector<std::size_t>& sizes) {
+    if (dsts.empty()) return;
+    device_guard guard{s_.device()};
+    const int index = s_.device().index();
+    if (!looped_ &&
+        backend_.memcpy_batch_async(dsts.data(), srcs.data(), sizes.data(), dsts.size(), index, s_.native_handle())) {
+      return;
+    }
+    looped_ = true;
+    for (std::size_t i = 0; i < dsts.size(); ++i)
+      backend_.memcpy_async(dsts[i], srcs[i], sizes[i], index, s_.native_handle());
+  }
+
+  [[nodiscard]] bool looped() const noexcept { return looped_; }
+
+ private:
+  stream_view s_;
+  detail::backend& backend_;
+  bool looped_ = false;
+};
+
+// Events recorded after groups of a round, given back however the batch ends.
+class group_events {
+ public:
+  ~group_events() {
+    for (auto& e : events_) {
+      if (completed_) {
+        event_pool::instance().release_completed(std::move(e));
+      } else {
+        event_pool::instance().release(std::move(e));
+      }
+    }
+  }
+  const event* record(stream_view s) {
+    events_.push_back(event_pool::instance().acquire(s.device()));
+    events_.back().record(s);
+    return &events_.back();
+  }
+  void reserve(std::size_t n) { events_.reserve(n); }
+  void all_completed() noexcept { completed_ = true; }
+
+ private:
+  std::vector<event> events_;  // reserved up front: the job holds pointers to them
+  bool completed_ = false;
+};
+
+// The staging block of a batch, taken before anything is enqueued and freed
+// in order on the stream after its last DMA.
+class staging_block {
+ public:
+  staging_block(mr::caching_pinned_resource& r, std::size_t bytes, stream_view s)
+      : resource_{r}, bytes_{bytes}, s_{s}, p_{static_cast<std::byte*>(bytes > 0 ? r.allocate(bytes, s) : nullptr)} {}
+  ~staging_block() {
+    if (p_ != nullptr) resource_.deallocate(p_, bytes_, s_);
+  }
+  staging_block(const staging_block&) = delete;
+  staging_block& operator=(const staging_block&) = delete;
+  [[nodiscard]] std::byte* get() const noexcept { return p_; }
+
+ private:
+  mr::caching_pinned_resource& resource_;
+  std::size_t bytes_;
+  stream_view s_;
+  std::byte* p_;
+};
+
+// Groups of consecutive staged ranges, growing from min_chunk to max_chunk
+// bytes, so that the first DMA starts early and later ones are few.
+std::vector<std::size_t> group_ends(const std::vector<staged>& ranges, const copy_options& o) {
+  std::vector<std::size_t> ends;
+  std::size_t limit = o.min_chunk;
+  std::size_t in_group = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    in_group += ranges[i].bytes;
+    if (in_group >= limit || i + 1 == ranges.size()) {
+      ends.push_back(i + 1);
+      in_group = 0;
+      limit = limit > o.max_chunk / 2 ? o.max_chunk : limit * 2;
+    }
+  }
+  return ends;
+}
+
+// One round through the staging block: downloads come down group by group
+// (an event after each), the direct copies go with them, uploads are
+// gathered by the host threads and go up group by group as each is complete,
+// then the downloads are scattered as their groups land.
+void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>& down, const std::vector<staged>& up,
+               std::span<const entry> direct, stream_view s, const copy_options& o) {
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  std::vector<std::size_t> sizes;
+  const auto add = [&](void* d, const void* from, std::size_t n) {
+    dsts.push_back(d);
+    srcs.push_back(from);
+    sizes.push_back(n);
+  };
+  const auto flush = [&] {
+    runner.submit(dsts, srcs, sizes);
+    dsts.clear();
+    srcs.clear();
+    sizes.clear();
+  };
+  group_events landed;
+  const auto down_ends = group_ends(down, o);
+  landed.reserve(down_ends.size());
+  std::vector<const event*> gate_of(down.size(), nullptr);
+  std::size_t begin = 0;
+  for (const std::size_t end : down_ends) {
+    for (std::size_t i = begin; i < end; ++i) add(block + down[i].at, down[i].device_side, down[i].bytes);
+    if (begin == 0) {
+      for (const entry& e : direct) add(e.dst, e.src, e.bytes);  // in the first submission
+    }
+    flush();
+    const event* gate = landed.record(s);
+    for (std::size_t i = begin; i < end; ++i) gate_of[i] = gate;
+    begin = end;
+  }
+  if (down.empty()) {
+    for (const entry& e : direct) add(e.dst, e.src, e.bytes);
+    flush();
+  }
+  if (!up.empty()) {
+    std::vector<host_copy_pool::job::chunk> chunks;
+    chunks.reserve(up.size());
+    std::size_t total = 0;
+    for (const staged& r : up) {
+      chunks.push_back({r.at, r.bytes});
+      total += r.bytes;
+    }
+    const int threads = detail::upload_threads(total, o);
+    host_copy_pool::instance().wake(threads);
+    host_copy_pool::job job{
+        host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, nullptr, chunks, threads};
+    for (std::size_t i = 0; i < up.size(); ++i) job.open(i, block + up[i].at, nullptr, up[i].user);
+    std::size_t first = 0;
+    for (const std::size_t end : group_ends(up, o)) {
+      for (std::size_t i = first; i < end; ++i) {
+        job.finish(i);
+        add(up[i].device_side, block + up[i].at, up[i].bytes);
+      }
+      flush();
+      first = end;
+    }
+  }
+  if (!down.empty()) {
+    std::vector<host_copy_pool::job::chunk> chunks;
+    chunks.reserve(down.size());
+    std::size_t total = 0;
+    for (const staged& r : down) {
+      chunks.push_back({r.at, r.bytes});
+      total += r.bytes;
+    }
+    const int threads = detail::download_threads(total, o);
+    host_copy_pool::job job{
+        host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, nullptr, nullptr, chunks, threads};
+    for (std::size_t i = 0; i < down.size(); ++i) job.open(i, block + down[i].at, gate_of[i], down[i].user);
+    for (std::size_t i = 0; i < down.size(); ++i) job.finish(i);
+    landed.all_completed();
+  }
+}
+
+// Cuts a staged range into pieces of at most max_chunk bytes, so that every
+// piece fits a round and groups stay even.
+void add_staged(std::vector<staged>& out, std::byte* user, std::byte* other, std::size_t bytes, std::size_t most) {
+  for (std::size_t at = 0; at < bytes; at += most) {
+    out.push_back({user + at, other + at, std::min(most, bytes - at), 0});
+  }
+}
+
+transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_options& o) {
+  const device_id device = s.device();
+  auto& backend = detail::backend_for(device);
+  bool capturing = false;
+  {
+    device_guard guard{device};
+    capturing = backend.stream_capturing(device.index(), s.native_handle());
+  }
+  if (capturing) {
+    // The batch API cannot be captured, nor can the host threads' work: each
+    // copy becomes a graph node of its own, and what needs a host thread is
+    // refused before anything is captured.
+    for (const entry& e : entries) {
+      if (e.how != route::dma) {
+        SYNCMEM_UNSUPPORTED(fmt::format(
+            "copy_async (batch): copy {} ({} bytes, {} to {}) cannot be captured into a CUDA graph: only copies "
+            "between pinned host, device and managed memory of the stream's device can; nothing was captured",
+            e.index, e.bytes, to_string(e.from.kind), to_string(e.to.kind)));
+      }
+    }
+    device_guard guard{device};
+    for (const entry& e : entries) backend.memcpy_async(e.dst, e.src, e.bytes, device.index(), s.native_handle());
+    // Nothing runs before the graph is launched: there is nothing to wait for.
+    return detail::transfer_complete(copy_path::batch_loop);
+  }
+  std::vector<entry> direct;
+  std::vector<staged> up;
+  std::vector<staged> down;
+  bool host_side = false;
+  for (entry& e : entries) {
+    switch (e.how) {
+      case route::dma:
+        direct.push_back(e);
+        break;
+      case route::up:
+        add_staged(up, const_cast<std::byte*>(e.src), e.dst, e.bytes, o.max_chunk);
+        break;
+      case route::down:
+        add_staged(down, e.dst, const_cast<std::byte*>(e.src), e.bytes, o.max_chunk);
+        break;
+      case route::host:
+        host_side = true;
+        break;
+      case route::single:
+        break;
+    }
+  }
+  // Rounds: as many staged ranges as fit the block, downloads and uploads alike.
+  std::size_t staged_total = 0;
+  for (const staged& r : down) staged_total += aligned(r.bytes);
+  for (const staged& r : up) staged_total += aligned(r.bytes);
+  const std::size_t block_bytes = std::min(staged_total, std::max(max_batch_staging, aligned(o.max_chunk)));
+  mr::caching_pinned_resource& resource = o.staging != nullptr ? *o.staging : staging_resource(device.kind());
+  const staging_block block{resource, block_bytes, s};  // before anything is enqueued
+
+  if (host_side || !up.empty()) detail::wait_for_stream(s);  // (a): host threads read or write host memory
+  for (const entry& e : entries) {
+    if (e.how == route::host) {
+      host_copy_pool::instance().copy(e.dst, e.src, e.bytes,
+                                      o.host_threads > 0 ? o.host_threads : host_copy_pool::default_threads());
+    }
+  }
+  batch_runner runner{s};
+  std::size_t next_down = 0, next_up = 0;
+  bool first_round = true;
+  while (first_round || next_down < down.size() || next_up < up.size()) {
+    if (!first_round) {  // the block's previous round must have left it
+      event done = event_pool::instance().acquire(device);
+      done.record(s);
+      done.synchronize();
+      event_pool::instance().release_completed(std::move(done));
+    }
+    std::vector<staged> round_down, round_up;
+    std::size_t used = 0;
+    for (; next_down < down.size() && used + aligned(down[next_down].bytes) <= block_bytes; ++next_down) {
+      round_down.push_back(down[next_down]);
+      round_down.back().at = used;
+      used += aligned(down[next_down].bytes);
+    }
+    for (; next_up < up.size() && used + aligned(up[next_up].bytes) <= block_bytes; ++next_up) {
+      round_up.push_back(up[next_up]);
+      round_up.back().at = used;
+      used += aligned(up[next_up].bytes);
+    }
+    run_round(runner, block.get(), round_down, round_up,
+              first_round ? std::span<const entry>{direct} : std::span<const entry>{}, s, o);
+    first_round = false;
+  }
+  for (const entry& e : entries) {
+    if (e.how == route::single) (void)detail::copy_sides(e.dst, e.to, e.src, e.from, e.bytes, s, o);
+  }
+  const copy_path path = runner.looped() ? copy_path::batch_loop : copy_path::batch;
+  if (direct.empty() && up.empty() && down.empty() &&
+      std::none_of(entries.begin(), entries.end(), [](const entry& e) { return e.how == route::single; })) {
+    return detail::transfer_complete(path);  // host to host alone: done
+  }
+  return detail::transfer_after(s, path);
+}
+
+}  // namespace
+
+transfer copy_async(std::span<const copy_request> copies, stream_view stream) {
+  return copy_async(copies, stream, get_copy_options());
+}
+
+transfer copy_async(std::span<const copy_request> copies, stream_view stream, const copy_options& options) {
+  detail::check_copy_options(options);
+  check_device(stream.device());
+  const device_id sd = stream.device();
+  classifier classify{sd.kind()};
+  std::vector<entry> entries;
+  entries.reserve(copies.size());
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const copy_request& c = copies[i];
+    if (c.bytes == 0) continue;
+    SYNCMEM_EXPECTS(c.dst != nullptr,
+                    fmt::format("copy_async (batch): the destination of copy {} is null ({} bytes)", i, c.bytes));
+    SYNCMEM_EXPECTS(c.src != nullptr,
+                    fmt::format("copy_async (batch): the source of copy {} is null ({} bytes)", i, c.bytes));
+    const auto d = reinterpret_cast<std::uintptr_t>(c.dst);
+    const auto s = reinterpret_cast<std::uintptr_t>(c.src);
+    SYNCMEM_EXPECTS(
+        d <= UINTPTR_MAX - c.bytes && s <= UINTPTR_MAX - c.bytes,
+        fmt::format("copy_async (batch): a range of copy {} ({} bytes) wraps the address space", i, c.bytes));
+    const copy_side to = classify(c.dst);
+    const copy_side from = classify(c.src);
+    try {
+      detail::check_copy_extent(c.dst, c.bytes, to, "destination");
+      detail::check_copy_extent(c.src, c.bytes, from, "source");
+      const bool managed = to.kind == memory_kind::managed || from.kind == memory_kind::managed;
+      const bool on_stream_device =
+          (to.device && *to.device == sd) || (from.device && *from.device == sd) || (!to.device && !from.device);
+      if (managed || !on_stream_device) detail::check_copy_stream(stream, to, from);
+    } catch (const logic_error& e) {
+      SYNCMEM_FAIL(fmt::format("copy {} of the batch: {}", i, e.what()));
+    }
+    append_coalesced(entries, {static_cast<std::byte*>(c.dst), static_cast<const std::byte*>(c.src), c.bytes, to, from,
+                               route_of(to, from), i});
+  }
+  check_overlaps(copies);
+  if (entries.empty()) return {};
+  return run_batch(entries, stream, options);
+}
+
+void copy(std::span<const copy_request> copies, stream_view stream) { copy_async(copies, stream).wait(); }
+
+void copy(std::span<const copy_request> copies, stream_view stream, const copy_options& options) {
+  copy_async(copies, stream, options).wait();
+}
+
+transfer detail::copy_batch_known(std::span<const known_copy> copies, stream_view stream) {
+  const copy_options options = get_copy_options();
+  std::vector<entry> entries;
+  entries.reserve(copies.size());
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const known_copy& c = copies[i];
+    if (c.bytes == 0) continue;
+    copy_side to, from;
+    to.kind = c.dst_kind;
+    from.kind = c.src_kind;
+    if (to.kind == memory_kind::device) to.device = stream.device();
+    if (from.kind == memory_kind::device) from.device = stream.device();
+    append_coalesced(entries, {static_cast<std::byte*>(c.dst), static_cast<const std::byte*>(c.src), c.bytes, to, from,
+                               route_of(to, from), i});
+  }
+  if (entries.empty()) return {};
+  return run_batch(entries, stream, options);
+}
+
+}  // namespace syncmem

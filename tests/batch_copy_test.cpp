@@ -1,0 +1,353 @@
+// ctest-labels: threaded
+// The batched copy: every kind of memory in one batch, every byte with fresh
+// random data, odd sizes, ranges end to end, overlapping ranges refused,
+// zero-length entries, staging that runs out in the middle (nothing copied),
+// rounds through the staging, ordering on the stream, emulated delays.
+#include "syncmem/batch_copy.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "device_ops.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/mr/caching_pinned_resource.hpp"
+#include "syncmem/mr/failure_adaptor.hpp"
+#include "syncmem/mr/pinned_resource.hpp"
+#include "syncmem/stream.hpp"
+#include "test_support.hpp"
+
+using ::testing::HasSubstr;
+
+namespace syncmem::test {
+namespace {
+
+using bytes_t = std::vector<std::uint8_t>;
+enum class mem { pageable, pinned, device };
+constexpr mem all_mems[] = {mem::pageable, mem::pinned, mem::device};
+
+// One allocation of a kind, filled and read without the batch.
+class region {
+ public:
+  region(mem m, device_id d, std::size_t size) : mem_{m}, device_{d}, size_{size} {
+    device_guard guard{d};
+    auto& backend = detail::backend_for(d);
+    switch (m) {
+      case mem::pageable:
+        pageable_ = std::make_unique<std::uint8_t[]>(size);
+        p_ = pageable_.get();
+        break;
+      case mem::pinned:
+        p_ = static_cast<std::uint8_t*>(backend.allocate_pinned(size, 0));
+        break;
+      case mem::device:
+        p_ = static_cast<std::uint8_t*>(backend.allocate(d.index(), size));
+        break;
+    }
+  }
+  ~region() {
+    device_guard guard{device_};
+    auto& backend = detail::backend_for(device_);
+    synchronize_device(device_);
+    if (mem_ == mem::pinned) backend.deallocate_pinned(p_, size_);
+    if (mem_ == mem::device) backend.deallocate(device_.index(), p_, size_);
+  }
+  region(const region&) = delete;
+  region& operator=(const region&) = delete;
+
+  [[nodiscard]] std::uint8_t* data() const { return p_; }
+  void write(const bytes_t& b) {
+    if (mem_ == mem::device) {
+      syncmem::copy(p_, b.data(), b.size(), default_stream(device_));
+    } else {
+      std::memcpy(p_, b.data(), b.size());
+    }
+  }
+  [[nodiscard]] bytes_t read() const {
+    if (mem_ == mem::device) return read_device(default_stream(device_), p_, size_);
+    return {p_, p_ + size_};
+  }
+
+ private:
+  mem mem_;
+  device_id device_;
+  std::size_t size_;
+  std::unique_ptr<std::uint8_t[]> pageable_;
+  std::uint8_t* p_ = nullptr;
+};
+
+// Copies of random odd sizes between every pair of kinds, at random offsets
+// of one region per kind and side, with zero-length entries among them; the
+// expected contents of every destination region, byte for byte.
+struct batch_case {
+  std::vector<std::unique_ptr<region>> sources, destinations;
+  std::vector<bytes_t> source_bytes, expected;
+  std::vector<copy_request> requests;
+};
+
+batch_case make_case(device_id d, std::size_t copies_per_pair, std::size_t largest) {
+  batch_case c;
+  const std::size_t region_bytes = copies_per_pair * 3 * (largest + 64) + 4096;
+  for (const mem m : all_mems) {
+    c.sources.push_back(std::make_unique<region>(m, d, region_bytes));
+    c.destinations.push_back(std::make_unique<region>(m, d, region_bytes));
+    c.source_bytes.push_back(random_bytes(region_bytes));
+    c.expected.push_back(random_bytes(region_bytes));  // what the destination holds before
+    c.sources.back()->write(c.source_bytes.back());
+    c.destinations.back()->write(c.expected.back());
+  }
+  std::vector<std::size_t> dst_at(3, 0);
+  for (std::size_t from = 0; from < 3; ++from) {
+    for (std::size_t to = 0; to < 3; ++to) {
+      for (std::size_t k = 0; k < copies_per_pair; ++k) {
+        const std::size_t n = 1 + rng()() % largest;
+        const std::size_t src_at = rng()() % (region_bytes - n);
+        const std::size_t gap = rng()() % 64;  // apart, or end to end (gap 0)
+        const std::size_t at = dst_at[to] + (gap < 16 ? 0 : gap);
+        c.requests.push_back({c.destinations[to]->data() + at, c.sources[from]->data() + src_at, n});
+        std::memcpy(c.expected[to].data() + at, c.source_bytes[from].data() + src_at, n);
+        dst_at[to] = at + n;
+        if (rng()() % 4 == 0) c.requests.push_back({nullptr, nullptr, 0});  // skipped, whatever its pointers
+      }
+    }
+  }
+  std::shuffle(c.requests.begin(), c.requests.end(), rng());
+  return c;
+}
+
+void expect_done(const batch_case& c) {
+  for (std::size_t i = 0; i < c.destinations.size(); ++i) {
+    EXPECT_EQ(c.destinations[i]->read(), c.expected[i]) << "destination region " << i;
+  }
+}
+
+template <class Kind>
+class BatchCopy : public device_test<Kind> {};
+TYPED_TEST_SUITE(BatchCopy, device_kinds, device_kind_names);
+
+TYPED_TEST(BatchCopy, EveryKindPairInOneBatchEveryByte) {
+  stream s{this->dev()};
+  for (const std::size_t largest : {std::size_t{9}, std::size_t{4099}, std::size_t{300} << 10}) {
+    batch_case c = make_case(this->dev(), 7, largest);
+    const transfer t = copy_async(c.requests, s);
+    t.wait();
+    SCOPED_TRACE(::testing::Message() << "largest " << largest << ", path " << to_string(t.path()));
+    expect_done(c);
+  }
+}
+
+TYPED_TEST(BatchCopy, EmulatedDelaysChangeNothing) {
+  if (this->is_cuda()) GTEST_SKIP() << "emulated devices only";
+  scoped_emulated_delay delay{std::chrono::microseconds{300}};
+  stream s{this->dev()};
+  batch_case c = make_case(this->dev(), 5, 70000);
+  copy(c.requests, s);
+  expect_done(c);
+}
+
+TYPED_TEST(BatchCopy, EndToEndRangesAreRight) {
+  stream s{this->dev()};
+  for (const mem from : all_mems) {
+    for (const mem to : all_mems) {
+      const std::size_t pieces = 37, piece = 1000 + rng()() % 3000;
+      region src{from, this->dev(), pieces * piece}, dst{to, this->dev(), pieces * piece};
+      const bytes_t source = random_bytes(pieces * piece);
+      src.write(source);
+      dst.write(random_bytes(pieces * piece));
+      std::vector<copy_request> requests;
+      for (std::size_t i = 0; i < pieces; ++i) {
+        requests.push_back({dst.data() + i * piece, src.data() + i * piece, piece});
+      }
+      copy(requests, s);
+      EXPECT_EQ(dst.read(), source) << "from " << static_cast<int>(from) << " to " << static_cast<int>(to);
+    }
+  }
+}
+
+TYPED_TEST(BatchCopy, OverlapIsRefusedAndNothingIsCopied) {
+  stream s{this->dev()};
+  for (const mem m : all_mems) {
+    region src{m, this->dev(), 8192}, dst{m, this->dev(), 8192};
+    const bytes_t before = random_bytes(8192);
+    dst.write(before);
+    src.write(random_bytes(8192));
+    // Two destinations overlapping by one byte.
+    const std::vector<copy_request> two_dsts{
+        {dst.data(), src.data(), 100}, {dst.data() + 2000, src.data(), 10}, {dst.data() + 99, src.data() + 500, 7}};
+    EXPECT_THAT(error_of([&] { return copy_async(two_dsts, s); }), HasSubstr("overlaps the destination of copy"));
+    // A destination that another copy reads.
+    const std::vector<copy_request> reads_dst{{dst.data(), src.data(), 100}, {src.data() + 4000, dst.data() + 50, 10}};
+    EXPECT_THAT(error_of([&] { return copy_async(reads_dst, s); }), HasSubstr("overlaps the source of copy"));
+    synchronize_device(this->dev());
+    EXPECT_EQ(dst.read(), before) << "a refused batch wrote its destination";
+  }
+}
+
+TYPED_TEST(BatchCopy, BadEntryIsNamedAndNothingIsCopied) {
+  stream s{this->dev()};
+  region src{mem::pinned, this->dev(), 4096}, dst{mem::device, this->dev(), 4096};
+  const bytes_t before = random_bytes(4096);
+  dst.write(before);
+  const std::vector<copy_request> null_src{{dst.data(), src.data(), 10}, {dst.data() + 100, nullptr, 10}};
+  EXPECT_THAT(error_of([&] { return copy_async(null_src, s); }), HasSubstr("source of copy 1 is null"));
+  const std::vector<copy_request> past_end{{dst.data(), src.data(), 10}, {dst.data() + 4000, src.data(), 200}};
+  EXPECT_THAT(error_of([&] { return copy_async(past_end, s); }), HasSubstr("copy 1 of the batch"));
+  EXPECT_EQ(dst.read(), before);
+}
+
+TYPED_TEST(BatchCopy, ZeroLengthEntriesAlone) {
+  stream s{this->dev()};
+  const std::vector<copy_request> none{{nullptr, nullptr, 0}, {nullptr, nullptr, 0}};
+  const transfer t = copy_async(none, s);
+  EXPECT_TRUE(t.ready());
+  EXPECT_EQ(t.path(), copy_path::none);
+  EXPECT_TRUE(copy_async(std::span<const copy_request>{}, s).ready());
+}
+
+// The staging is taken before anything is enqueued: when it cannot be had,
+// the batch throws and no destination is written, not even those the batch
+// would have copied without staging.
+TYPED_TEST(BatchCopy, StagingFailureCopiesNothing) {
+  stream s{this->dev()};
+  mr::pinned_resource pinned{this->kind};
+  mr::failure_adaptor failing{pinned, mr::failure_adaptor::always()};
+  mr::caching_pinned_options staging_options;
+  staging_options.fallback_to_pageable = false;
+  mr::caching_pinned_resource staging{failing, staging_options};
+  copy_options o = get_copy_options();
+  o.staging = &staging;
+  batch_case c = make_case(this->dev(), 4, 5000);
+  std::vector<bytes_t> before;
+  for (const auto& r : c.destinations) before.push_back(r->read());
+  EXPECT_THROW((void)copy_async(c.requests, s, o), std::bad_alloc);
+  synchronize_device(this->dev());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(c.destinations[i]->read(), before[i]) << "a failed batch wrote destination region " << i;
+  }
+  EXPECT_GT(failing.failures(), 0U);
+}
+
+// More pageable bytes than one staging block holds: the batch goes in rounds.
+TYPED_TEST(BatchCopy, MoreThanOneStagingBlock) {
+  stream s{this->dev()};
+  const std::size_t piece = (std::size_t{1} << 20) + 13, pieces = max_batch_staging / piece + 6;
+  region host{mem::pageable, this->dev(), pieces * piece}, dev{mem::device, this->dev(), pieces * piece};
+  region back{mem::pageable, this->dev(), pieces * piece};
+  const bytes_t source = random_bytes(pieces * piece);
+  host.write(source);
+  std::vector<copy_request> up, down;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const std::size_t j = (i * 5) % pieces;  // not end to end
+    up.push_back({dev.data() + j * piece, host.data() + i * piece, piece});
+    down.push_back({back.data() + i * piece, dev.data() + j * piece, piece});
+  }
+  copy(up, s);
+  copy(down, s);
+  EXPECT_EQ(back.read(), source);
+}
+
+// (a): the batch reads after the work enqueued before it, and a download to
+// pinned memory returns without waiting for it.
+TYPED_TEST(BatchCopy, OrderedAfterEarlierWorkOnTheStream) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  stream s{this->dev()};
+  const std::size_t n = 5000;
+  region dev{mem::device, this->dev(), 3 * n}, pinned{mem::pinned, this->dev(), 3 * n};
+  region pageable{mem::pageable, this->dev(), n};
+  const bytes_t source = random_bytes(3 * n);
+  dev.write(source);
+  const std::vector<copy_request> to_pinned{{pinned.data(), dev.data() + n, n}, {pinned.data() + n, dev.data(), n}};
+  std::optional<transfer> t;
+  {
+    stream_latch hold{s};
+    device_add_bytes(s, dev.data(), 3 * n, 1);
+    t = copy_async(to_pinned, s);
+    EXPECT_FALSE(t->ready());
+  }
+  t->wait();
+  bytes_t expected(source.begin(), source.end());
+  for (auto& b : expected) b = static_cast<std::uint8_t>(b + 1);
+  const bytes_t got = pinned.read();
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + n, expected.begin() + n));
+  EXPECT_TRUE(std::equal(got.begin() + n, got.begin() + 2 * n, expected.begin()));
+  // A download to pageable memory is complete at return, after the held work.
+  stream_latch hold{s};
+  device_add_bytes(s, dev.data(), n, 1);
+  const std::vector<copy_request> to_pageable{{pageable.data(), dev.data(), n}};
+  while_held(hold, [&] {
+    copy(to_pageable, s);
+    return 0;
+  });
+  const bytes_t down = pageable.read();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(down[i], static_cast<std::uint8_t>(source[i] + 2)) << i;
+}
+
+// One submission where the runtime has the batch API (not on the legacy
+// default stream, which it refuses); a loop on emulated devices.
+TYPED_TEST(BatchCopy, PathSaysHowTheCopiesWent) {
+  stream s{this->dev()};
+  region src{mem::pinned, this->dev(), 4096}, dst{mem::device, this->dev(), 4096};
+  const std::vector<copy_request> requests{{dst.data(), src.data(), 10}, {dst.data() + 100, src.data() + 50, 10}};
+  const transfer t = copy_async(requests, s);
+  t.wait();
+  if (!this->is_cuda()) {
+    EXPECT_EQ(t.path(), copy_path::batch_loop);
+  } else if (detail::cuda_runtime_version() >= 12080 && detail::cuda_driver_version() >= 12080) {
+    EXPECT_EQ(t.path(), copy_path::batch);
+  }
+  EXPECT_EQ(copy_async(requests, default_stream(this->dev())).path(), copy_path::batch_loop);
+}
+
+// Under stream capture each copy becomes a graph node of its own (the batch
+// API cannot be captured): nothing is copied before the launch, every byte
+// after it. A copy that needs the engine's host threads is refused before
+// anything is captured.
+TYPED_TEST(BatchCopy, CapturedIntoAGraphCopyByCopy) {
+  if (!this->is_cuda()) GTEST_SKIP() << "emulated devices cannot capture a graph";
+  stream s{this->dev()};
+  const std::size_t n = 3001;
+  region pinned{mem::pinned, this->dev(), 2 * n}, dev{mem::device, this->dev(), 2 * n};
+  region back{mem::pinned, this->dev(), 2 * n}, pageable{mem::pageable, this->dev(), n};
+  const bytes_t source = random_bytes(2 * n), back_before = random_bytes(2 * n);
+  pinned.write(source);
+  dev.write(random_bytes(2 * n));
+  back.write(back_before);
+  const std::vector<copy_request> up{{dev.data() + n, pinned.data(), n}, {dev.data(), pinned.data() + n, n}};
+  const std::vector<copy_request> down{{back.data(), dev.data(), n}, {back.data() + n, dev.data() + n, n}};
+  std::optional<transfer> t;
+  cuda_ops::capture_and_launch(
+      s,
+      [&] {
+        t = copy_async(up, s);
+        copy(down, s);  // ready at once: nothing to wait for before the launch
+      },
+      [&] { EXPECT_EQ(back.read(), back_before) << "a captured batch copied before the graph was launched"; });
+  EXPECT_TRUE(t->ready());
+  EXPECT_EQ(t->path(), copy_path::batch_loop);
+  bytes_t expected(source.begin() + n, source.end());
+  expected.insert(expected.end(), source.begin(), source.begin() + n);
+  EXPECT_EQ(back.read(), expected);
+
+  const std::vector<copy_request> from_pageable{{dev.data(), pinned.data(), 10},
+                                                {dev.data() + 100, pageable.data(), 10}};
+  std::string message = "no error";
+  try {
+    cuda_ops::capture_and_launch(
+        s, [&] { (void)copy_async(from_pageable, s); }, [] {});
+  } catch (const unsupported_error& e) {
+    message = e.what();
+  }
+  EXPECT_THAT(message, HasSubstr("copy 1 (10 bytes, pageable to device) cannot be captured"));
+}
+
+}  // namespace
+}  // namespace syncmem::test
