@@ -131,8 +131,8 @@ foreach(i RANGE ${last})
   expect_between("${iterations}" 0 1000000000000 "${name}: iterations")
   expect_between("${real_time}" 0 10000000000 "${name}: real_time_ns")
   expect_between("${cpu_time}" -1 10000000000 "${name}: cpu_time_ns")
-  # From 1 MB/s (a slow emulated stream under a sanitizer) to 10 TB/s.
-  expect_between("${bandwidth}" 1000000 10000000000000 "${name}: bytes_per_second")
+  # Positive and below 10 TB/s: no floor, since a loaded machine may run an emulated stream at any pace.
+  expect_between("${bandwidth}" 0 10000000000000 "${name}: bytes_per_second")
 endforeach()
 list(REMOVE_DUPLICATES methods_seen)
 list(LENGTH methods_seen method_count)
@@ -253,8 +253,8 @@ foreach(i RANGE 1)
   # Shares far above 1 would mean the floor was not timed alone; emulated
   # copies of pinned and pageable memory cost about the same.
   expect_between("${share}" 0 20 "${name}: of_pinned")
-  expect_between("${floor}" 0.001 10000 "${name}: pinned_GBps")
-  expect_between("${bandwidth}" 1000000 10000000000000 "${name}: bytes_per_second")
+  expect_between("${floor}" 0 10000 "${name}: pinned_GBps")
+  expect_between("${bandwidth}" 0 10000000000000 "${name}: bytes_per_second")
 endforeach()
 
 message("bench report checks passed: ${run_count} runs on ${bench_device}, gpu ${gpu}; ${rounds_run_count} runs in 3 rounds")
