@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <string>
 
+#include <cuda_runtime_api.h>
+
 #include "syncmem/cuda/cccl.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_id.hpp"
@@ -33,7 +35,8 @@ namespace syncmem::cuda {
 /// The stream contract is syncmem's (mr::memory_resource), and it is the one
 /// `cuda::mr` states: memory allocated on a stream is usable by work enqueued
 /// on it later; deallocate names the stream of last use. Streams are
-/// `cudaStream_t`s of the resource's device. `allocate_sync` allocates on the
+/// `cudaStream_t`s of the resource's device (cudaStreamPerThread is served
+/// as the legacy default stream). `allocate_sync` allocates on the
 /// device's legacy default stream and waits for that stream, so that the
 /// memory is usable at once by any stream (as RMM's resources do);
 /// `deallocate_sync` promises that no work uses the memory any more.
@@ -128,9 +131,15 @@ class device_mr_adaptor {
   }
   // The resource checks that streams belong to its device; a cudaStream_t
   // does not say its device without a driver call, so it is taken as the
-  // resource's (as cudaMallocAsync takes it).
+  // resource's (as cudaMallocAsync takes it). cudaStreamPerThread names
+  // another stream on every thread while syncmem's resources know streams by
+  // handle, so it is taken as the legacy default stream, with which every
+  // per-thread default stream synchronizes both ways (cudaStreamLegacy is that
+  // stream under its other name).
   [[nodiscard]] stream_view view(::cuda::stream_ref s) const noexcept {
-    return detail::stream_access::make(device_, s.get());
+    cudaStream_t handle = s.get();
+    if (handle == cudaStreamPerThread || handle == cudaStreamLegacy) handle = nullptr;
+    return detail::stream_access::make(device_, handle);
   }
 
   mr::memory_resource* resource_;
