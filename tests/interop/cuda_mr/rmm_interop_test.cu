@@ -27,6 +27,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "device_ops.hpp"
@@ -35,6 +36,7 @@
 #include "syncmem/cuda/device_mr_adaptor.hpp"
 #include "syncmem/cuda/interop.hpp"
 #include "syncmem/cuda/mr_upstream.hpp"
+#include "syncmem/cuda/rmm_device_mr_adaptor.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/tensor.hpp"
 #include "test_support.hpp"
@@ -43,6 +45,7 @@ namespace syncmem::test {
 namespace {
 
 static_assert(std::is_constructible_v<rmm::device_async_resource_ref, cuda::device_mr_adaptor&>);
+static_assert(std::is_constructible_v<rmm::device_async_resource_ref, cuda::rmm_device_mr_adaptor&>);
 static_assert(cuda::device_accessible_cccl_resource<rmm::device_async_resource_ref>);
 static_assert(cuda::device_accessible_cccl_resource<rmm::mr::pool_memory_resource>);
 
@@ -147,6 +150,29 @@ TEST_F(rmm_over_syncmem, AsRmmsCurrentDeviceResource) {
   s.synchronize();
   rmm::mr::set_current_device_resource(std::move(previous));
   EXPECT_EQ(caching.statistics().live_allocations, 0U);
+}
+
+// Where memory runs out, RMM's code catches rmm::out_of_memory:
+// rmm_device_mr_adaptor throws it, with syncmem's message; device_mr_adaptor
+// throws syncmem::out_of_memory, also a std::bad_alloc.
+TEST_F(rmm_over_syncmem, OutOfMemoryIsRmmsOutOfMemoryThroughTheRmmAdaptor) {
+  mr::caching_resource caching{dev(), mr::caching_options::parse("limit_mb:64")};
+  stream s{dev()};
+  try {
+    rmm::device_buffer buffer{std::size_t{1} << 30, rmm_view(s), cuda::rmm_device_mr_adaptor{caching}};
+    FAIL() << "no error";
+  } catch (const rmm::out_of_memory& e) {
+    EXPECT_NE(std::string{e.what()}.find("caching_resource(cuda:0)"), std::string::npos) << e.what();
+  }
+  cuda::rmm_device_mr_adaptor adaptor{caching};
+  EXPECT_THROW((void)adaptor.allocate_sync(std::size_t{1} << 30), rmm::out_of_memory);
+  EXPECT_THROW(rmm::device_buffer(std::size_t{1} << 30, rmm_view(s), cuda::device_mr_adaptor{caching}), std::bad_alloc);
+  const std::size_t bytes = 1 + rng()() % (1 << 20);
+  const auto seed = rng()();
+  rmm::device_buffer fits{bytes, rmm_view(s), adaptor};
+  device_fill_pattern(s.view(), fits.data(), bytes, seed);
+  const auto back = read_device(s.view(), fits.data(), bytes);
+  for (std::size_t i = 0; i < bytes; ++i) ASSERT_EQ(back[i], pattern_byte(seed, i)) << "byte " << i;
 }
 
 // RMM's pool over the caching resource: syncmem underneath RMM's adaptors.
