@@ -1,6 +1,7 @@
 // The allocator suite: how fast and how frugal the caching allocator is,
 // beside cudaMalloc (cuda_resource), cudaMallocAsync (cuda_async_resource)
-// and, where libtorch is found, PyTorch's CUDA caching allocator, each on the
+// and, where libtorch and RAPIDS RMM are found, PyTorch's CUDA caching allocator
+// and RMM's pool, arena, binning and cuda_async resources, each on the
 // same workload in the same run. On emulated devices the alternatives are the
 // emulated source resource and the emulated stream-ordered pool, and the
 // figures measure the allocators' own host work.
@@ -12,7 +13,8 @@
 //
 // Methods: caching, caching_expandable (ours); cudaMalloc, cudaMallocAsync,
 // pytorch (CUDA; or pytorch_expandable with SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1,
-// in a process of its own); emulated, emulated_async (emulated).
+// in a process of its own), rmm_pool, rmm_arena, rmm_binning, rmm_cuda_async
+// (CUDA, where RMM is found); emulated, emulated_async (emulated).
 
 #include <benchmark/benchmark.h>
 
@@ -44,6 +46,9 @@
 
 #ifdef SYNCMEM_BENCH_HAS_TORCH
 #include "torch/torch_bridge.hpp"
+#endif
+#ifdef SYNCMEM_BENCH_HAS_RMM
+#include "rmm/rmm_bridge.hpp"
 #endif
 
 namespace syncmem::bench {
@@ -144,6 +149,34 @@ class torch_under_test final : public allocator_under_test {
 };
 #endif
 
+#ifdef SYNCMEM_BENCH_HAS_RMM
+// One of RAPIDS RMM's resources, made fresh for each run; counted (a
+// statistics adaptor on top) for the replays only.
+class rmm_under_test final : public allocator_under_test {
+ public:
+  rmm_under_test(const char* kind, device_id device, bool counted) {
+    char error[512] = {};
+    resource_ = rmm_bridge::create(kind, device.index(), counted, error, sizeof error);
+    if (resource_ == nullptr) SYNCMEM_UNSUPPORTED(fmt::format("RMM's {} resource: {}", kind, error));
+  }
+  ~rmm_under_test() override { rmm_bridge::destroy(resource_); }
+  void* allocate(std::size_t bytes, stream_view s) override {
+    return rmm_bridge::allocate(resource_, bytes, s.native_handle());
+  }
+  void deallocate(void* p, std::size_t bytes, stream_view s) override {
+    rmm_bridge::deallocate(resource_, p, bytes, s.native_handle());
+  }
+  peaks peak() override {
+    peaks out;
+    rmm_bridge::peaks(resource_, &out.reserved, &out.allocated);
+    return out;
+  }
+
+ private:
+  void* resource_ = nullptr;
+};
+#endif
+
 struct method {
   std::string name;
   std::function<std::unique_ptr<allocator_under_test>(device_id device, bool for_replay)> make;
@@ -167,6 +200,13 @@ std::vector<method> methods_for(device_id device) {
                          return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_async_resource>(d),
                                                                       false);
                        }});
+#ifdef SYNCMEM_BENCH_HAS_RMM
+    for (const char* kind : {"pool", "arena", "binning", "cuda_async"}) {
+      methods.push_back({fmt::format("rmm_{}", kind), [kind](device_id d, bool replay) {
+                           return std::make_unique<rmm_under_test>(kind, d, replay);
+                         }});
+    }
+#endif
 #ifdef SYNCMEM_BENCH_HAS_TORCH
     // PyTorch cannot switch to expandable segments once it has allocated, so
     // its expandable mode is measured in a process of its own:
