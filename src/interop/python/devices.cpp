@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "bindings.hpp"
+#if SYNCMEM_PYTHON_HAS_CUDA
+#include "cuda/stream_device.hpp"
+#endif
 #include "py_stream.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/emulated.hpp"
@@ -165,6 +168,14 @@ stream_view to_stream(nb::handle h, device_id device) {
   check_device(device);
   const auto value = nb::cast<std::intptr_t>(number);
   if (value == 0 || value == 1) return default_stream(device);  // the legacy default stream
+#if SYNCMEM_PYTHON_HAS_CUDA
+  if (value != 2) {  // 2, the per-thread default stream, belongs to whichever device is current
+    const auto owner = cuda_stream_device(value);
+    if (owner && *owner != device.index())
+      throw logic_error{"syncmem: the CUDA stream given belongs to " + to_string(device_id::cuda(*owner)) +
+                        ", the memory to " + to_string(device) + "; pass a stream of " + to_string(device)};
+  }
+#endif
   return detail::stream_access::make(device, reinterpret_cast<CUstream_st*>(value));
 }
 
