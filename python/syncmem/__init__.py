@@ -76,6 +76,11 @@ def _numpy(self: tensor, writable: bool = False):
     """
     import numpy
 
+    if self.dtype == "bfloat16":
+        raise TypeError(
+            "syncmem.tensor.numpy: numpy has no bfloat16; read its bits through "
+            "syncmem.tensor.from_storage(t.storage, t.shape, 'int16', t.storage_offset).numpy()"
+        )
     return numpy.from_dlpack(_host_view(self, not writable))
 
 

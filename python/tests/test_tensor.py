@@ -43,6 +43,17 @@ def test_dtypes_are_taken_the_numpy_way():
     assert syncmem.tensor(2, "bfloat16", EMULATED).dtype == "bfloat16"
 
 
+def test_bfloat16_has_no_numpy_view_but_its_bits_do(rng):
+    t = syncmem.tensor(16, "bfloat16", EMULATED)
+    with pytest.raises(TypeError, match="numpy has no bfloat16"):
+        t.numpy()
+    bits = random_array(rng, 16, "int16")
+    syncmem.tensor.from_storage(t.storage, t.shape, "int16").numpy(writable=True)[...] = bits
+    c = t.clone(OTHER_EMULATED)
+    assert c.dtype == "bfloat16"
+    assert syncmem.tensor.from_storage(c.storage, c.shape, "int16").numpy().tobytes() == bits.tobytes()
+
+
 def test_unsupported_dtype_is_a_type_error_naming_the_supported_ones():
     with pytest.raises(TypeError, match="complex64.*float32"):
         syncmem.tensor(2, np.complex64, EMULATED)
