@@ -33,6 +33,7 @@
 #include "py_stream.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/npy.hpp"
 #include "syncmem/synced_memory.hpp"
 #include "syncmem/tensor.hpp"
 
@@ -378,38 +379,14 @@ tensor from_dlpack(nb::handle x, nb::handle device, nb::handle copy) {
 
 // ---- __cuda_array_interface__ -------------------------------------------------------
 
-const char* typestr(syncmem::dtype t) {
-  switch (t) {
-    case syncmem::dtype::bool_:
-      return "|b1";
-    case syncmem::dtype::int8:
-      return "|i1";
-    case syncmem::dtype::uint8:
-      return "|u1";
-    case syncmem::dtype::int16:
-      return "<i2";
-    case syncmem::dtype::int32:
-      return "<i4";
-    case syncmem::dtype::int64:
-      return "<i8";
-    case syncmem::dtype::float16:
-      return "<f2";
-    case syncmem::dtype::float32:
-      return "<f4";
-    case syncmem::dtype::float64:
-      return "<f8";
-    case syncmem::dtype::bfloat16:
-      break;
-  }
-  throw nb::type_error("syncmem: bfloat16 has no __cuda_array_interface__ typestr; export it through DLPack");
-}
-
 nb::dict cuda_array_interface(tensor& t) {
   if (t.device().kind() != device_kind::cuda)
     throw nb::attribute_error(("syncmem: a tensor of " + to_string(t.device()) +
                                " has no __cuda_array_interface__ (it is not CUDA memory); DLPack exports its host side")
                                   .c_str());
-  const char* ts = typestr(t.dtype());
+  const char* ts = numpy_typestr(t.dtype());
+  if (ts == nullptr)
+    throw nb::type_error("syncmem: bfloat16 has no __cuda_array_interface__ typestr; export it through DLPack");
   const stream_view s = default_stream(t.device());
   void* data = nullptr;
   {
