@@ -17,8 +17,8 @@
 ///   the stream's device and pinned host memory, or within the device, whose
 ///   two sides lie at the same offset modulo 16, are made by a copy kernel
 ///   instead, a launch per few hundred copies, on the device's SMs: a DMA
-///   each costs more than its bytes below a few hundred KiB. The same holds
-///   for the staged copies' DMAs between the staging and the device;
+///   each costs more than its bytes below a few hundred KiB (the staged
+///   copies below keep their DMAs: through the staging the kernel was slower);
 /// - copies from pageable memory are gathered by the engine's host threads
 ///   into one block of pinned staging and go up from there; copies to pageable
 ///   memory come down into the block and are scattered from it; both in

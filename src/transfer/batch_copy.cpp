@@ -167,7 +167,6 @@ struct staged {
   std::byte* device_side;  // the other side (the device or pinned memory)
   std::size_t bytes;
   std::size_t at;
-  bool addressable;  // device_side is memory a kernel on the stream's device reaches
 };
 
 // Whether a kernel on `device` reaches this side of a copy by its pointer:
@@ -320,6 +319,8 @@ std::vector<std::size_t> group_ends(const std::vector<staged>& ranges, const cop
 void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>& down, const std::vector<staged>& up,
                std::span<const entry> direct, stream_view s, const copy_options& o) {
   submission next;
+  // Staged copies stay with the DMA engines: they move groups of up to
+  // max_chunk through the staging, where the kernel was slower (bench batch/).
   const auto add = [&](void* d, const void* from, std::size_t n, bool both_addressable) {
     next.add(d, from, n, by_kernel(d, from, n, both_addressable, o));
   };
@@ -337,7 +338,7 @@ void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>
   std::size_t begin = 0;
   for (const std::size_t end : down_ends) {
     for (std::size_t i = begin; i < end; ++i) {
-      add(block + down[i].at, down[i].device_side, down[i].bytes, down[i].addressable);
+      add(block + down[i].at, down[i].device_side, down[i].bytes, false);
     }
     if (begin == 0) {
       for (const entry& e : direct) add_direct(e);  // in the first submission
@@ -368,7 +369,7 @@ void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>
     for (const std::size_t end : group_ends(up, o)) {
       for (std::size_t i = first; i < end; ++i) {
         job.finish(i);
-        add(up[i].device_side, block + up[i].at, up[i].bytes, up[i].addressable);
+        add(up[i].device_side, block + up[i].at, up[i].bytes, false);
       }
       flush();
       first = end;
@@ -393,11 +394,9 @@ void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>
 
 // Cuts a staged range into pieces of at most max_chunk bytes, so that every
 // piece fits a round and groups stay even.
-// `addressable`: a kernel on the stream's device reaches `other` (the staging block it always does).
-void add_staged(std::vector<staged>& out, std::byte* user, std::byte* other, std::size_t bytes, std::size_t most,
-                bool addressable) {
+void add_staged(std::vector<staged>& out, std::byte* user, std::byte* other, std::size_t bytes, std::size_t most) {
   for (std::size_t at = 0; at < bytes; at += most) {
-    out.push_back({user + at, other + at, std::min(most, bytes - at), 0, addressable});
+    out.push_back({user + at, other + at, std::min(most, bytes - at), 0});
   }
 }
 
@@ -436,10 +435,10 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
         direct.push_back(e);
         break;
       case route::up:
-        add_staged(up, const_cast<std::byte*>(e.src), e.dst, e.bytes, o.max_chunk, addressable(e.to, device));
+        add_staged(up, const_cast<std::byte*>(e.src), e.dst, e.bytes, o.max_chunk);
         break;
       case route::down:
-        add_staged(down, e.dst, const_cast<std::byte*>(e.src), e.bytes, o.max_chunk, addressable(e.from, device));
+        add_staged(down, e.dst, const_cast<std::byte*>(e.src), e.bytes, o.max_chunk);
         break;
       case route::host:
         host_side = true;
