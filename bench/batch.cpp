@@ -1,6 +1,7 @@
 // Many small transfers: the batched copy_async (batch_copy.hpp) beside a loop
-// of cudaMemcpyAsync and the raw cudaMemcpyBatchAsync, and N synced buffers
-// made current on the device at once beside the same uploads by hand.
+// of cudaMemcpyAsync and the raw cudaMemcpyBatchAsync (and, on CUDA, beside
+// itself with the copy kernel off: syncmem-copy-engines), and N synced
+// buffers made current on the device at once beside the same uploads by hand.
 //
 // Every iteration runs each contender once, in turn, and times only the
 // benchmark's own (as synced/roundtrip does), so that all of them see the
@@ -36,12 +37,15 @@
 namespace syncmem::bench {
 namespace {
 
-enum class method { ours, loop, raw_batch };
+// ours_dma: the batch with its copy kernel off (copy_options::batch_kernel_max_copy 0).
+enum class method { ours, ours_dma, loop, raw_batch };
 
 std::string method_name(method m, device_id d) {
   switch (m) {
     case method::ours:
       return "syncmem";
+    case method::ours_dma:
+      return "syncmem-copy-engines";
     case method::loop:
       return d.kind() == device_kind::cuda ? "cudaMemcpyAsync-loop" : "backend-loop";
     case method::raw_batch:
@@ -91,6 +95,12 @@ class batch_setup {
       case method::ours:
         copy(requests_, s_);
         return;
+      case method::ours_dma: {
+        copy_options o = get_copy_options();
+        o.batch_kernel_max_copy = 0;
+        copy(requests_, s_, o);
+        return;
+      }
       case method::loop: {
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
         if (device_.kind() == device_kind::cuda) {
@@ -259,8 +269,11 @@ void register_batch_suite(const options& o) {
   const double min_time = o.min_time();
   const std::size_t count = o.quick ? 100 : 1000;
   std::vector<method> all{method::ours, method::loop};
-  if (d.kind() == device_kind::cuda) all.push_back(method::raw_batch);
-  for (const std::size_t bytes : {std::size_t{4} << 10, std::size_t{64} << 10}) {
+  if (d.kind() == device_kind::cuda) {
+    all.insert(all.begin() + 1, method::ours_dma);
+    all.push_back(method::raw_batch);
+  }
+  for (const std::size_t bytes : {std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{256} << 10}) {
     for (const bool to_device : {false, true}) {
       for (const bool pinned : {true, false}) {
         const std::string what = fmt::format("{}-{}", to_device ? "h2d" : "d2h", pinned ? "pinned" : "pageable");

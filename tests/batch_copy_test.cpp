@@ -145,6 +145,66 @@ TYPED_TEST(BatchCopy, EveryKindPairInOneBatchEveryByte) {
   }
 }
 
+// The copy kernel (copy_options::batch_kernel_max_copy) and the DMA engines
+// leave the same bytes: more copies than one launch carries, sizes across its
+// 16 KiB tiles, sources at the same and at other offsets modulo 16 as their
+// destinations (those go to the DMA engines), every kind pair.
+TYPED_TEST(BatchCopy, CopyKernelAndDmaAgreeEveryByte) {
+  stream s{this->dev()};
+  for (const std::size_t kernel_max : {std::size_t{256} << 10, std::size_t{0}, std::size_t{5000}}) {
+    copy_options o = get_copy_options();
+    o.batch_kernel_max_copy = kernel_max;
+    batch_case c = make_case(this->dev(), 40, 70000);
+    const transfer t = copy_async(c.requests, s, o);
+    t.wait();
+    SCOPED_TRACE(::testing::Message() << "batch_kernel_max_copy " << kernel_max << ", path " << to_string(t.path()));
+    expect_done(c);
+  }
+}
+
+// Copies between pinned and device memory at the same offset modulo 16 all go
+// through the copy kernel on CUDA: the path says so, and says batch (or
+// batch_loop) when the kernel is off or the device has none.
+TYPED_TEST(BatchCopy, CopyKernelPathAndBytes) {
+  stream s{this->dev()};
+  const std::size_t count = 333, bytes = 777, stride = 800;  // stride a multiple of 16: offsets alike
+  region pinned{mem::pinned, this->dev(), count * stride}, dev{mem::device, this->dev(), count * stride};
+  region back{mem::pinned, this->dev(), count * stride};
+  const bytes_t source = random_bytes(count * stride), before = random_bytes(count * stride);
+  pinned.write(source);
+  dev.write(random_bytes(count * stride));
+  back.write(before);
+  std::vector<copy_request> up, down;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t j = (i * 101) % count;  // not end to end: nothing coalesces
+    up.push_back({dev.data() + j * stride + 3, pinned.data() + i * stride + 3, bytes});
+    down.push_back({back.data() + i * stride + 3, dev.data() + j * stride + 3, bytes});
+  }
+  for (const std::size_t kernel_max : {std::size_t{4096}, std::size_t{0}}) {
+    copy_options o = get_copy_options();
+    o.batch_kernel_max_copy = kernel_max;
+    const transfer t_up = copy_async(up, s, o);
+    const transfer t_down = copy_async(down, s, o);
+    t_down.wait();
+    bytes_t expected = before;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::copy_n(source.begin() + static_cast<std::ptrdiff_t>(i * stride + 3), bytes,
+                  expected.begin() + static_cast<std::ptrdiff_t>(i * stride + 3));
+    }
+    EXPECT_EQ(back.read(), expected) << "batch_kernel_max_copy " << kernel_max;
+    // (CUDA devices with unified addressing reach pinned memory by its host
+    // pointer; emulated devices have no copy kernel.)
+    if (this->is_cuda() && kernel_max > 0) {
+      EXPECT_EQ(t_up.path(), copy_path::batch_kernel);
+      EXPECT_EQ(t_down.path(), copy_path::batch_kernel);
+    } else {
+      EXPECT_NE(t_up.path(), copy_path::batch_kernel);
+      EXPECT_NE(t_down.path(), copy_path::batch_kernel);
+    }
+    back.write(before);
+  }
+}
+
 TYPED_TEST(BatchCopy, EmulatedDelaysChangeNothing) {
   if (this->is_cuda()) GTEST_SKIP() << "emulated devices only";
   scoped_emulated_delay delay{std::chrono::microseconds{300}};
@@ -291,20 +351,23 @@ TYPED_TEST(BatchCopy, OrderedAfterEarlierWorkOnTheStream) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(down[i], static_cast<std::uint8_t>(source[i] + 2)) << i;
 }
 
-// One submission where the runtime has the batch API (not on the legacy
-// default stream, which it refuses); a loop on emulated devices.
+// With the copy kernel off: one submission where the runtime has the batch
+// API (not on the legacy default stream, which it refuses); a loop on
+// emulated devices.
 TYPED_TEST(BatchCopy, PathSaysHowTheCopiesWent) {
   stream s{this->dev()};
   region src{mem::pinned, this->dev(), 4096}, dst{mem::device, this->dev(), 4096};
   const std::vector<copy_request> requests{{dst.data(), src.data(), 10}, {dst.data() + 100, src.data() + 50, 10}};
-  const transfer t = copy_async(requests, s);
+  copy_options dma = get_copy_options();
+  dma.batch_kernel_max_copy = 0;
+  const transfer t = copy_async(requests, s, dma);
   t.wait();
   if (!this->is_cuda()) {
     EXPECT_EQ(t.path(), copy_path::batch_loop);
   } else if (detail::cuda_runtime_version() >= 12080 && detail::cuda_driver_version() >= 12080) {
     EXPECT_EQ(t.path(), copy_path::batch);
   }
-  EXPECT_EQ(copy_async(requests, default_stream(this->dev())).path(), copy_path::batch_loop);
+  EXPECT_EQ(copy_async(requests, default_stream(this->dev()), dma).path(), copy_path::batch_loop);
 }
 
 // Under stream capture each copy becomes a graph node of its own (the batch

@@ -13,6 +13,12 @@
 ///   cudaMemcpyBatchAsync (CUDA 12.8 or later) for the lot, every source read
 ///   in stream order (never the relaxed order: a kernel before the batch may
 ///   still be writing a device source);
+/// - of those, the small ones (copy_options::batch_kernel_max_copy) between
+///   the stream's device and pinned host memory, or within the device, whose
+///   two sides lie at the same offset modulo 16, are made by a copy kernel
+///   instead, a launch per few hundred copies, on the device's SMs: a DMA
+///   each costs more than its bytes below a few hundred KiB (the staged
+///   copies below keep their DMAs: through the staging the kernel was slower);
 /// - copies from pageable memory are gathered by the engine's host threads
 ///   into one block of pinned staging and go up from there; copies to pageable
 ///   memory come down into the block and are scattered from it; both in
@@ -28,7 +34,8 @@
 /// Where the backend cannot submit a batch (a CUDA runtime or driver older
 /// than 12.8, emulated devices, the legacy default stream, which
 /// cudaMemcpyBatchAsync refuses) each group's copies are enqueued one by one
-/// instead, with the same results; transfer::path() then says batch_loop.
+/// instead, with the same results; transfer::path() then says batch_loop. It
+/// says batch_kernel when the copy kernel made every copy.
 ///
 /// ## Stream capture
 /// While `stream` is being captured into a CUDA graph (cudaStreamIsCapturing)

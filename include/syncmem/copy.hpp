@@ -104,6 +104,7 @@ enum class copy_path : unsigned char {
   across_backends,   ///< device to a device of the other backend, through host memory, complete at return
   batch,             ///< many copies, their DMAs in one submission each (cudaMemcpyBatchAsync); batch_copy.hpp
   batch_loop,        ///< many copies, one backend copy each (older runtimes, emulated devices, stream capture)
+  batch_kernel,      ///< many copies, all made by copy kernels (copy_options::batch_kernel_max_copy)
 };
 
 /// @brief "none", "host_memcpy", "dma", ...
@@ -136,6 +137,12 @@ struct copy_options {
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.
   bool peer_access = true;
+  /// @brief In a batch (batch_copy.hpp), copies of up to this many bytes
+  /// between memory the device addresses directly (its own memory, pinned
+  /// host memory) are made by a copy kernel, a launch per few hundred copies,
+  /// instead of a DMA each; 0: never. Below 4 GiB. The kernel runs on the
+  /// device's SMs, beside other kernels, rather than on its copy engines.
+  std::size_t batch_kernel_max_copy = std::size_t{256} << 10;
   /// @brief The pinned memory staged copies take their buffers from (it must
   /// hand out memory pinned for the stream's backend); nullptr:
   /// staging_resource(backend). Not owned: it must outlive the copies.

@@ -104,6 +104,16 @@ class backend {
   // then copies the ranges one by one. The base class always says false.
   [[nodiscard]] virtual bool memcpy_batch_async(void* const* dsts, const void* const* srcs, const std::size_t* sizes,
                                                 std::size_t count, int index, CUstream_st* s);
+  // Copies `count` ranges in order on `s` with a copy kernel (a launch per few
+  // hundred ranges) instead of the copy engines: many small copies cost a
+  // launch rather than a DMA each. Every pointer is memory the device
+  // addresses directly (its own memory, pinned host memory), each size is
+  // below 4 GiB, and dsts[i] and srcs[i] lie at the same offset modulo 16.
+  // Returns false, having enqueued nothing, where the backend has no such
+  // kernel or the device cannot address registered host memory by its host
+  // pointer. The base class always says false.
+  [[nodiscard]] virtual bool copy_kernel_batch(void* const* dsts, const void* const* srcs, const std::size_t* sizes,
+                                               std::size_t count, int index, CUstream_st* s);
   // Whether `s` is being captured into a graph (cudaStreamIsCapturing); false
   // where the backend cannot capture.
   [[nodiscard]] virtual bool stream_capturing(int index, CUstream_st* s);

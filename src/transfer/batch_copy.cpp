@@ -169,31 +169,85 @@ struct staged {
   std::size_t at;
 };
 
+// Whether a kernel on `device` reaches this side of a copy by its pointer:
+// the device's own memory, or pinned host memory not tied to another device.
+bool addressable(const copy_side& side, device_id device) {
+  if (device.kind() != device_kind::cuda) return false;
+  if (side.kind == memory_kind::device) return side.device && *side.device == device;
+  if (side.kind == memory_kind::pinned_host) return !side.device || *side.device == device;
+  return false;
+}
+
+// Whether a copy goes through the copy kernel rather than a DMA: small,
+// both sides addressable, and aligned alike (the kernel moves 16 bytes a load).
+bool by_kernel(const void* dst, const void* src, std::size_t bytes, bool both_addressable, const copy_options& o) {
+  return both_addressable && bytes <= o.batch_kernel_max_copy &&
+         (reinterpret_cast<std::uintptr_t>(dst) & 15) == (reinterpret_cast<std::uintptr_t>(src) & 15);
+}
+
+// The ranges of one submission: those for the copy kernel and those for the DMA engines.
+struct submission {
+  std::vector<void*> dsts, kernel_dsts;
+  std::vector<const void*> srcs, kernel_srcs;
+  std::vector<std::size_t> sizes, kernel_sizes;
+
+  void add(void* d, const void* from, std::size_t n, bool kernel) {
+    (kernel ? kernel_dsts : dsts).push_back(d);
+    (kernel ? kernel_srcs : srcs).push_back(from);
+    (kernel ? kernel_sizes : sizes).push_back(n);
+  }
+  void clear() {
+    for (auto* v : {&dsts, &kernel_dsts}) v->clear();
+    for (auto* v : {&srcs, &kernel_srcs}) v->clear();
+    for (auto* v : {&sizes, &kernel_sizes}) v->clear();
+  }
+};
+
 class batch_runner {
  public:
   explicit batch_runner(stream_view s) : s_{s}, backend_{detail::backend_for(s.device())} {}
 
-  // Enqueues the ranges, one submission where the backend can.
-  void submit(const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
-              const std::vector<std::size_t>& sizes) {
-    if (dsts.empty()) return;
+  // Enqueues the ranges: the kernel's in a launch per few hundred, the rest
+  // in one submission where the backend can.
+  void submit(submission& r) {
     device_guard guard{s_.device()};
     const int index = s_.device().index();
-    if (!looped_ &&
-        backend_.memcpy_batch_async(dsts.data(), srcs.data(), sizes.data(), dsts.size(), index, s_.native_handle())) {
+    if (!r.kernel_dsts.empty()) {
+      if (!unkernelled_ && backend_.copy_kernel_batch(r.kernel_dsts.data(), r.kernel_srcs.data(), r.kernel_sizes.data(),
+                                                      r.kernel_dsts.size(), index, s_.native_handle())) {
+        kernel_ = true;
+      } else {
+        unkernelled_ = true;
+        for (std::size_t i = 0; i < r.kernel_dsts.size(); ++i) {
+          r.dsts.push_back(r.kernel_dsts[i]);
+          r.srcs.push_back(r.kernel_srcs[i]);
+          r.sizes.push_back(r.kernel_sizes[i]);
+        }
+      }
+    }
+    if (r.dsts.empty()) return;
+    dma_ = true;
+    if (!looped_ && backend_.memcpy_batch_async(r.dsts.data(), r.srcs.data(), r.sizes.data(), r.dsts.size(), index,
+                                                s_.native_handle())) {
       return;
     }
     looped_ = true;
-    for (std::size_t i = 0; i < dsts.size(); ++i)
-      backend_.memcpy_async(dsts[i], srcs[i], sizes[i], index, s_.native_handle());
+    for (std::size_t i = 0; i < r.dsts.size(); ++i)
+      backend_.memcpy_async(r.dsts[i], r.srcs[i], r.sizes[i], index, s_.native_handle());
   }
 
-  [[nodiscard]] bool looped() const noexcept { return looped_; }
+  [[nodiscard]] copy_path path() const noexcept {
+    if (looped_) return copy_path::batch_loop;
+    return kernel_ && !dma_ ? copy_path::batch_kernel : copy_path::batch;
+  }
 
  private:
   stream_view s_;
   detail::backend& backend_;
-  bool looped_ = false;
+  bool looped_ = false;       // the DMAs go one by one
+  bool unkernelled_ = false;  // the backend has no copy kernel
+  bool kernel_ = false;
+  bool dma_ = false;
 };
 
 // Events recorded after groups of a round, given back however the batch ends.
@@ -264,19 +318,18 @@ std::vector<std::size_t> group_ends(const std::vector<staged>& ranges, const cop
 // then the downloads are scattered as their groups land.
 void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>& down, const std::vector<staged>& up,
                std::span<const entry> direct, stream_view s, const copy_options& o) {
-  std::vector<void*> dsts;
-  std::vector<const void*> srcs;
-  std::vector<std::size_t> sizes;
-  const auto add = [&](void* d, const void* from, std::size_t n) {
-    dsts.push_back(d);
-    srcs.push_back(from);
-    sizes.push_back(n);
+  submission next;
+  // Staged copies stay with the DMA engines: they move groups of up to
+  // max_chunk through the staging, where the kernel was slower (bench batch/).
+  const auto add = [&](void* d, const void* from, std::size_t n, bool both_addressable) {
+    next.add(d, from, n, by_kernel(d, from, n, both_addressable, o));
+  };
+  const auto add_direct = [&](const entry& e) {
+    add(e.dst, e.src, e.bytes, addressable(e.to, s.device()) && addressable(e.from, s.device()));
   };
   const auto flush = [&] {
-    runner.submit(dsts, srcs, sizes);
-    dsts.clear();
-    srcs.clear();
-    sizes.clear();
+    runner.submit(next);
+    next.clear();
   };
   group_events landed;
   const auto down_ends = group_ends(down, o);
@@ -284,9 +337,11 @@ void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>
   std::vector<const event*> gate_of(down.size(), nullptr);
   std::size_t begin = 0;
   for (const std::size_t end : down_ends) {
-    for (std::size_t i = begin; i < end; ++i) add(block + down[i].at, down[i].device_side, down[i].bytes);
+    for (std::size_t i = begin; i < end; ++i) {
+      add(block + down[i].at, down[i].device_side, down[i].bytes, false);
+    }
     if (begin == 0) {
-      for (const entry& e : direct) add(e.dst, e.src, e.bytes);  // in the first submission
+      for (const entry& e : direct) add_direct(e);  // in the first submission
     }
     flush();
     const event* gate = landed.record(s);
@@ -294,7 +349,7 @@ void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>
     begin = end;
   }
   if (down.empty()) {
-    for (const entry& e : direct) add(e.dst, e.src, e.bytes);
+    for (const entry& e : direct) add_direct(e);
     flush();
   }
   if (!up.empty()) {
@@ -314,7 +369,7 @@ void run_round(batch_runner& runner, std::byte* block, const std::vector<staged>
     for (const std::size_t end : group_ends(up, o)) {
       for (std::size_t i = first; i < end; ++i) {
         job.finish(i);
-        add(up[i].device_side, block + up[i].at, up[i].bytes);
+        add(up[i].device_side, block + up[i].at, up[i].bytes, false);
       }
       flush();
       first = end;
@@ -436,7 +491,7 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
   for (const entry& e : entries) {
     if (e.how == route::single) (void)detail::copy_sides(e.dst, e.to, e.src, e.from, e.bytes, s, o);
   }
-  const copy_path path = runner.looped() ? copy_path::batch_loop : copy_path::batch;
+  const copy_path path = runner.path();
   if (direct.empty() && up.empty() && down.empty() &&
       std::none_of(entries.begin(), entries.end(), [](const entry& e) { return e.how == route::single; })) {
     return detail::transfer_complete(path);  // host to host alone: done

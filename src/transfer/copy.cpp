@@ -106,6 +106,9 @@ void check_options(const copy_options& o) {
                   fmt::format("copy_options::staging_buffers is {}: valid range is 1..64", o.staging_buffers));
   SYNCMEM_EXPECTS(o.host_threads >= 0 && o.host_threads <= 64,
                   fmt::format("copy_options::host_threads is {}: valid range is 0..64 (0: automatic)", o.host_threads));
+  SYNCMEM_EXPECTS(o.batch_kernel_max_copy < (std::size_t{1} << 32),
+                  fmt::format("copy_options::batch_kernel_max_copy is {}: it must be below 4 GiB (0: never)",
+                              o.batch_kernel_max_copy));
 }
 
 int threads_of(const copy_options& o) {
@@ -683,6 +686,8 @@ std::string to_string(copy_path path) {
       return "batch";
     case copy_path::batch_loop:
       return "batch_loop";
+    case copy_path::batch_kernel:
+      return "batch_kernel";
   }
   return "unknown";
 }

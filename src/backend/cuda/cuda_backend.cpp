@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <exception>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "backend/cuda/copy_kernels.hpp"
 #include "backend/cuda/driver_api.hpp"
 #include "core/log.hpp"
 #include "syncmem/error.hpp"
@@ -324,6 +326,13 @@ class backend_impl final : public backend {
 #endif
   }
 
+  bool copy_kernel_batch(void* const* dsts, const void* const* srcs, const std::size_t* sizes, std::size_t count,
+                         int index, CUstream_st* s) override {
+    if (count == 0 || !addresses_host_memory(index)) return false;
+    launch_copy_kernels(dsts, srcs, sizes, count, native(s));
+    return true;
+  }
+
   bool stream_capturing(int, CUstream_st* s) override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     SYNCMEM_CUDA_TRY(cudaStreamIsCapturing(native(s), &status));
@@ -486,6 +495,22 @@ class backend_impl final : public backend {
   }
 
  private:
+  // Whether kernels on device `index` reach pinned host memory, registered
+  // memory included, by its host pointer (unified addressing).
+  bool addresses_host_memory(int index) {
+    if (index < 0 || static_cast<std::size_t>(index) >= host_pointers_.size()) return false;
+    auto& known = host_pointers_[static_cast<std::size_t>(index)];
+    int answer = known.load(std::memory_order_relaxed);
+    if (answer == 0) {
+      int unified = 0, registered = 0;
+      SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, index));
+      SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&registered, cudaDevAttrCanUseHostPointerForRegisteredMem, index));
+      answer = unified != 0 && registered != 0 ? 2 : 1;
+      known.store(answer, std::memory_order_relaxed);
+    }
+    return answer == 2;
+  }
+
   static CUmemAllocationProp allocation_prop(int index) {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -495,6 +520,7 @@ class backend_impl final : public backend {
   }
 
   std::atomic<bool> batch_supported_{true};
+  std::array<std::atomic<int>, 64> host_pointers_{};  // per device: 0 not asked yet, 1 no, 2 yes
   std::once_flag count_once_;
   int count_ = 0;
   std::string why_;
