@@ -108,6 +108,21 @@ class backend {
   // where the backend cannot capture.
   [[nodiscard]] virtual bool stream_capturing(int index, CUstream_st* s);
 
+  // Stream capture (see include/syncmem/graph.hpp). While `s` is captured the
+  // work enqueued on it is recorded, not run. end_capture returns an
+  // executable graph (cudaGraphExec_t for CUDA), launched as one piece of work
+  // on a stream of the device and destroyed by destroy_graph. launch_host_func
+  // refuses a capturing stream (its function runs once and is then freed);
+  // capture_host_func records `fn(user_data)` to run at every launch and calls
+  // `release(user_data)` once the graph and every launch of it are gone (it
+  // owns user_data from the call on: release runs also when it throws). The
+  // base class refuses capture (unsupported_error).
+  virtual void begin_capture(int index, CUstream_st* s);
+  [[nodiscard]] virtual void* end_capture(int index, CUstream_st* s);
+  virtual void launch_graph(int index, void* graph, CUstream_st* s);
+  virtual void destroy_graph(int index, void* graph) noexcept;
+  virtual void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release);
+
   // Events.
   [[nodiscard]] virtual CUevent_st* create_event(int index, bool timing, bool blocking_sync) = 0;
   virtual void destroy_event(int index, CUevent_st* e) noexcept = 0;

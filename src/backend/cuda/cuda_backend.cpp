@@ -69,6 +69,31 @@ void CUDART_CB run_host_call(void* data) {
   delete call;
 }
 
+// A host function recorded into a graph: run at every launch, released with
+// the graph through a CUDA user object.
+struct captured_call {
+  host_func fn;
+  void* user_data;
+  host_func release;
+};
+
+void CUDART_CB run_captured_call(void* data) {
+  auto* call = static_cast<captured_call*>(data);
+  try {
+    call->fn(call->user_data);
+  } catch (const std::exception& e) {
+    logger().error("a host function launched by a CUDA graph threw: {}", e.what());
+  } catch (...) {
+    logger().error("a host function launched by a CUDA graph threw");
+  }
+}
+
+void CUDART_CB release_captured_call(void* data) {
+  auto* call = static_cast<captured_call*>(data);
+  call->release(call->user_data);
+  delete call;
+}
+
 class backend_impl final : public backend {
  public:
   device_kind kind() const noexcept override { return device_kind::cuda; }
@@ -273,7 +298,11 @@ class backend_impl final : public backend {
     return true;
   }
 
-  void launch_host_func(int, CUstream_st* s, host_func fn, void* user_data) override {
+  void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) override {
+    SYNCMEM_EXPECTS(!stream_capturing(index, s),
+                    fmt::format("launch_host_func: the stream of cuda:{} is being captured, and a one-shot host "
+                                "function cannot be recorded into a graph (use capture_host_func)",
+                                index));
     auto* call = new host_call{fn, user_data};
     const cudaError_t status = cudaLaunchHostFunc(native(s), run_host_call, call);
     if (status != cudaSuccess) delete call;
@@ -328,6 +357,55 @@ class backend_impl final : public backend {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     SYNCMEM_CUDA_TRY(cudaStreamIsCapturing(native(s), &status));
     return status != cudaStreamCaptureStatusNone;
+  }
+
+  // ---- capture -----------------------------------------------------------------
+  // Thread-local mode: CUDA then refuses the calls that are unsafe in capture
+  // (cudaMalloc, synchronisation, queries) made by the capturing thread, which
+  // is where syncmem must prove itself capture-safe, without failing the
+  // other threads' ordinary work as the global mode would. The capture must be
+  // ended on the thread that began it.
+  void begin_capture(int, CUstream_st* s) override {
+    SYNCMEM_CUDA_TRY(cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal));
+  }
+
+  void* end_capture(int, CUstream_st* s) override {
+    cudaGraph_t graph = nullptr;
+    SYNCMEM_CUDA_TRY(cudaStreamEndCapture(native(s), &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphDestroy(graph));  // the executable graph keeps what it needs
+    SYNCMEM_CUDA_TRY(instantiated);
+    return exec;
+  }
+
+  void launch_graph(int, void* graph, CUstream_st* s) override {
+    SYNCMEM_CUDA_TRY(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), native(s)));
+  }
+
+  void destroy_graph(int, void* graph) noexcept override {
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+  }
+
+  void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) override {
+    auto* call = new captured_call{fn, user_data, release};
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t queried = cudaStreamGetCaptureInfo(native(s), &status, nullptr, &graph);
+    if (queried != cudaSuccess || status != cudaStreamCaptureStatusActive) release_captured_call(call);
+    SYNCMEM_CUDA_TRY(queried);
+    SYNCMEM_EXPECTS(status == cudaStreamCaptureStatusActive,
+                    fmt::format("capture_host_func: the stream of cuda:{} is not being captured", index));
+    cudaUserObject_t object = nullptr;
+    const cudaError_t created =
+        cudaUserObjectCreate(&object, call, release_captured_call, 1, cudaUserObjectNoDestructorSync);
+    if (created != cudaSuccess) release_captured_call(call);
+    SYNCMEM_CUDA_TRY(created);
+    const cudaError_t retained = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+    if (retained != cudaSuccess) SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaUserObjectRelease(object, 1));
+    SYNCMEM_CUDA_TRY(retained);
+    // The graph owns the call now, and releases it with itself even if this launch fails.
+    SYNCMEM_CUDA_TRY(cudaLaunchHostFunc(native(s), run_captured_call, call));
   }
 
   // ---- events ----------------------------------------------------------------

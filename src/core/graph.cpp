@@ -1,0 +1,73 @@
+#include "syncmem/graph.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "backend/backend.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/stream.hpp"
+
+namespace syncmem {
+
+void begin_capture(stream_view s) {
+  SYNCMEM_EXPECTS(!s.is_default(),
+                  fmt::format("begin_capture: the default stream of {} cannot be captured (CUDA cannot capture its "
+                              "legacy default stream): capture a syncmem::stream",
+                              to_string(s.device())));
+  device_guard guard{s.device()};
+  auto& backend = detail::backend_for(s.device());
+  SYNCMEM_EXPECTS(!backend.stream_capturing(s.device().index(), s.native_handle()),
+                  fmt::format("begin_capture: the stream of {} is already being captured", to_string(s.device())));
+  backend.begin_capture(s.device().index(), s.native_handle());
+}
+
+graph end_capture(stream_view s) {
+  device_guard guard{s.device()};
+  auto& backend = detail::backend_for(s.device());
+  SYNCMEM_EXPECTS(backend.stream_capturing(s.device().index(), s.native_handle()),
+                  fmt::format("end_capture: the stream of {} is not being captured (begin_capture was not called on "
+                              "it, or its capture has ended)",
+                              to_string(s.device())));
+  return graph{s.device(), backend.end_capture(s.device().index(), s.native_handle())};
+}
+
+bool is_capturing(stream_view s) {
+  device_guard guard{s.device()};
+  return detail::backend_for(s.device()).stream_capturing(s.device().index(), s.native_handle());
+}
+
+graph::~graph() { reset(); }
+
+graph::graph(graph&& other) noexcept : device_{other.device_}, handle_{std::exchange(other.handle_, nullptr)} {}
+
+graph& graph::operator=(graph&& other) noexcept {
+  if (this != &other) {
+    reset();
+    device_ = other.device_;
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+void graph::launch(stream_view s) const {
+  SYNCMEM_EXPECTS(handle_ != nullptr, "graph::launch: the graph is empty (default-made or moved from)");
+  SYNCMEM_EXPECTS(s.device() == device_,
+                  fmt::format("graph::launch: a graph captured on {} cannot be launched on a stream of {}",
+                              to_string(device_), to_string(s.device())));
+  device_guard guard{device_};
+  detail::backend_for(device_).launch_graph(device_.index(), handle_, s.native_handle());
+}
+
+void graph::reset() noexcept {
+  if (handle_ == nullptr) return;
+  try {
+    device_guard guard{device_};
+    detail::backend_for(device_).destroy_graph(device_.index(), handle_);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing to release
+  }
+  handle_ = nullptr;
+}
+
+}  // namespace syncmem
