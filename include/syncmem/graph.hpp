@@ -61,9 +61,9 @@ class graph {
   graph& operator=(graph&& other) noexcept;
 
   /// @brief Enqueues the captured work on `s`, in the order it was captured.
-  /// On a stream that is itself being captured, the work is captured too.
-  /// @throws syncmem::logic_error on an empty graph, or when `s` belongs to
-  /// another device than the graph (names both).
+  /// @throws syncmem::logic_error on an empty graph, when `s` belongs to
+  /// another device than the graph (names both), or when `s` is being
+  /// captured (a launch inside a capture is not supported).
   void launch(stream_view s) const;
 
   /// @brief Whether this holds a graph.
