@@ -16,6 +16,7 @@
 #include "syncmem/emulated.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
+#include "syncmem/graph.hpp"
 #include "syncmem/memory_kind.hpp"
 #include "syncmem/mr/allocation_label.hpp"
 #include "syncmem/mr/allocator_snapshot.hpp"
