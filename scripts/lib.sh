@@ -8,7 +8,7 @@ export SYNCMEM_ROOT
 # CUDA build is made when nvcc is found, the CPU-only build always).
 SYNCMEM_BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev)
-SYNCMEM_TEST_PACKAGES=(python3 python3-numpy chromium clang libclang-rt-dev)
+SYNCMEM_TEST_PACKAGES=(python3 python3-numpy python3-dev python3-venv chromium clang libclang-rt-dev)
 
 log() { printf '\n==> %s\n' "$*"; }
 

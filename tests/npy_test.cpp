@@ -403,6 +403,20 @@ TEST(NpyParse, AcceptsWhatPythonWouldReadAsTheSameHeader) {
   EXPECT_EQ(std::vector<bool>(p, p + 4), (std::vector<bool>{false, true, true, true}));
 }
 
+TEST(NpyParse, NumpyTypestrIsWhatTheHeaderParserReadsBack) {
+  for (const dtype t : all_dtypes) {
+    const char* typestr = numpy_typestr(t);
+    if (t == dtype::bfloat16) {
+      EXPECT_EQ(typestr, nullptr);
+      continue;
+    }
+    ASSERT_NE(typestr, nullptr) << to_string(t);
+    const std::string dictionary = "{'descr': '" + std::string{typestr} + "', 'fortran_order': False, 'shape': (3,)}";
+    const auto header = parse_npy_header(make_npy(dictionary, 3 * size_of(t)));
+    EXPECT_EQ(header.type, t) << typestr;
+  }
+}
+
 TEST(NpyParse, EveryTruncationOfAValidFileIsRefused) {
   const device_id d = device_id::emulated(0);
   for (const char* file : {"float32_2x3x4.npy", "v2_float32_2x3x4.npy", "int64_scalar.npy"}) {

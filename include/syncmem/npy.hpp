@@ -62,6 +62,11 @@ struct npy_options {
   int version = 0;
 };
 
+/// @brief numpy's type string for `type` (its `dtype.str`, little-endian:
+/// "<f4", "|b1", ...), as .npy headers and `__array_interface__` /
+/// `__cuda_array_interface__` write it; nullptr for bfloat16, which numpy lacks.
+[[nodiscard]] const char* numpy_typestr(dtype type) noexcept;
+
 /// @brief Parses and checks the magic string, version and header dictionary at
 /// the start of `bytes` (which need not hold the data).
 /// @throws syncmem::npy_error

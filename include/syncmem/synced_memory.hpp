@@ -315,7 +315,11 @@ class synced_memory {
   void finish_copy_if_done() const;
   void to_host(bool for_write);
   void to_device(stream_view s, bool prefetch);
-  void start_copy(void* dst, const void* src, std::size_t bytes, stream_view s, in_flight direction);
+  // Copies the whole buffer toward `direction` on `s`; the buffer is synced
+  // once the copy completes (a prefetch reports the side before it till then).
+  void start_copy(stream_view s, in_flight direction, bool prefetch);
+  // The bookkeeping of a copy of the whole buffer that `t` carries.
+  void copy_started(transfer t, in_flight direction, bool prefetch);
   [[nodiscard]] side allocate_host(std::size_t bytes) const;
   [[nodiscard]] side allocate_device(std::size_t bytes, stream_view s) const;
   void release_host() noexcept;

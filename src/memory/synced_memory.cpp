@@ -177,10 +177,7 @@ void synced_memory::prefetch_to_host(stream_view s) {
   device_guard guard{device_};
   order_on(s);
   if (host_.ptr == nullptr) host_ = allocate_host(capacity_);
-  start_copy(host_.ptr, device_side_.ptr, size_, s, in_flight::to_host);
-  state_before_copy_ = sync_state::at_device;
-  prefetch_in_flight_ = true;
-  state_ = sync_state::synced;
+  start_copy(s, in_flight::to_host, true);
 }
 
 void synced_memory::prefetch_to_host() { prefetch_to_host(last_or_default_stream()); }
@@ -262,10 +259,7 @@ void synced_memory::to_device(stream_view s, bool prefetch) {
     case sync_state::at_host:
       if (size_ == 0) break;
       if (device_side_.ptr == nullptr) device_side_ = allocate_device(capacity_, s);
-      start_copy(device_side_.ptr, host_.ptr, size_, s, in_flight::to_device);
-      state_before_copy_ = sync_state::at_host;
-      prefetch_in_flight_ = prefetch;
-      state_ = sync_state::synced;
+      start_copy(s, in_flight::to_device, prefetch);
       break;
     case sync_state::at_device:
     case sync_state::synced:
@@ -279,20 +273,28 @@ void synced_memory::to_device(stream_view s, bool prefetch) {
 // Every copy is enqueued on the stream of the last device-side use (or one
 // ordered after it), so it runs after any copy still in flight, which it
 // replaces as the one to wait for.
-void synced_memory::start_copy(void* dst, const void* src, std::size_t bytes, stream_view s, in_flight direction) {
+void synced_memory::start_copy(stream_view s, in_flight direction, bool prefetch) {
   // The buffer knows both kinds: the engine need not ask the driver about the pointers.
-  prefetch_in_flight_ = false;
-  copy_ = direction == in_flight::to_host
-              ? detail::copy_async_known(dst, host_.kind, src, memory_kind::device, bytes, s)
-              : detail::copy_async_known(dst, memory_kind::device, src, host_.kind, bytes, s);
+  transfer t = direction == in_flight::to_host
+                   ? detail::copy_async_known(host_.ptr, host_.kind, device_side_.ptr, memory_kind::device, size_, s)
+                   : detail::copy_async_known(device_side_.ptr, memory_kind::device, host_.ptr, host_.kind, size_, s);
+  copy_started(std::move(t), direction, prefetch);
+}
+
+void synced_memory::copy_started(transfer t, in_flight direction, bool prefetch) {
+  copy_ = std::move(t);
   in_flight_ = direction;
   if (direction == in_flight::to_host) {
     ++counters_.to_host_copies;
-    counters_.to_host_bytes += bytes;
+    counters_.to_host_bytes += size_;
+    state_before_copy_ = sync_state::at_device;
   } else {
     ++counters_.to_device_copies;
-    counters_.to_device_bytes += bytes;
+    counters_.to_device_bytes += size_;
+    state_before_copy_ = sync_state::at_host;
   }
+  prefetch_in_flight_ = prefetch;
+  state_ = sync_state::synced;
 }
 
 void synced_memory::wait_for_copy() const {
@@ -363,15 +365,8 @@ void prefetch_to_device(std::span<synced_memory* const> buffers, stream_view s) 
     }
   }
   transfer batch = detail::copy_batch_known(copies, s);
-  for (synced_memory* b : moving) {
-    b->copy_ = detail::share_transfer(batch);
-    b->in_flight_ = synced_memory::in_flight::to_device;
-    b->state_before_copy_ = sync_state::at_host;
-    b->prefetch_in_flight_ = true;
-    b->state_ = sync_state::synced;
-    ++b->counters_.to_device_copies;
-    b->counters_.to_device_bytes += b->size_;
-  }
+  for (synced_memory* b : moving)
+    b->copy_started(detail::share_transfer(batch), synced_memory::in_flight::to_device, true);
   for (synced_memory* b : list) {
     if (b->size_ > 0 && b->state_ == sync_state::uninitialized) {
       if (b->options_.zero_fill) b->zero_device(0, b->size_, s);
@@ -399,15 +394,8 @@ void prefetch_to_host(std::span<synced_memory* const> buffers, stream_view s) {
     copies.push_back({b->host_.ptr, b->host_.kind, b->device_side_.ptr, memory_kind::device, b->size_});
   }
   transfer batch = detail::copy_batch_known(copies, s);
-  for (synced_memory* b : moving) {
-    b->copy_ = detail::share_transfer(batch);
-    b->in_flight_ = synced_memory::in_flight::to_host;
-    b->state_before_copy_ = sync_state::at_device;
-    b->prefetch_in_flight_ = true;
-    b->state_ = sync_state::synced;
-    ++b->counters_.to_host_copies;
-    b->counters_.to_host_bytes += b->size_;
-  }
+  for (synced_memory* b : moving)
+    b->copy_started(detail::share_transfer(batch), synced_memory::in_flight::to_host, true);
 }
 
 void synchronize(std::span<synced_memory* const> buffers) {

@@ -356,37 +356,11 @@ void store_elements(const npy_header& header, const std::byte* data, std::byte* 
 
 // ---- writing -------------------------------------------------------------------
 
-const char* descr_of(syncmem::dtype type) {
-  switch (type) {
-    case syncmem::dtype::bool_:
-      return "|b1";
-    case syncmem::dtype::int8:
-      return "|i1";
-    case syncmem::dtype::uint8:
-      return "|u1";
-    case syncmem::dtype::int16:
-      return "<i2";
-    case syncmem::dtype::int32:
-      return "<i4";
-    case syncmem::dtype::int64:
-      return "<i8";
-    case syncmem::dtype::float16:
-      return "<f2";
-    case syncmem::dtype::float32:
-      return "<f4";
-    case syncmem::dtype::float64:
-      return "<f8";
-    case syncmem::dtype::bfloat16:
-      break;
-  }
-  return nullptr;
-}
-
 // The magic string, version, length and header dictionary, padded as numpy
 // pads them (the data starts at a multiple of 64 bytes): the same bytes as
 // numpy.save writes.
 std::string header_of(const tensor& t, npy_options options, std::string_view context) {
-  const char* descr = descr_of(t.dtype());
+  const char* descr = numpy_typestr(t.dtype());
   if (descr == nullptr) {
     fail(context, fmt::format("{}: .npy has no {} type (numpy lacks it); convert the tensor to float32 first",
                               t.to_string(), to_string(t.dtype())));
@@ -451,6 +425,32 @@ using file_ptr = std::unique_ptr<std::FILE, file_closer>;
 // ---------------------------------------------------------------------------
 // public
 // ---------------------------------------------------------------------------
+
+const char* numpy_typestr(dtype type) noexcept {
+  switch (type) {
+    case syncmem::dtype::bool_:
+      return "|b1";
+    case syncmem::dtype::int8:
+      return "|i1";
+    case syncmem::dtype::uint8:
+      return "|u1";
+    case syncmem::dtype::int16:
+      return "<i2";
+    case syncmem::dtype::int32:
+      return "<i4";
+    case syncmem::dtype::int64:
+      return "<i8";
+    case syncmem::dtype::float16:
+      return "<f2";
+    case syncmem::dtype::float32:
+      return "<f4";
+    case syncmem::dtype::float64:
+      return "<f8";
+    case syncmem::dtype::bfloat16:
+      break;
+  }
+  return nullptr;
+}
 
 npy_header parse_npy_header(std::span<const std::byte> bytes) { return parse_header(bytes, "npy"); }
 
