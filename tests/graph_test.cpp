@@ -20,12 +20,15 @@
 
 #include "backend/backend.hpp"
 #include "device_ops.hpp"
+#include "syncmem/copy.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
+#include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 namespace syncmem::test {
@@ -188,15 +191,19 @@ TYPED_TEST(Graphs, LaunchesAreOrderedWithEachOtherAndWithEvents) {
 }
 
 // A launch is one piece of work in its stream's order: behind a held latch it
-// has not run, and it runs once the latch lets go.
+// has not run, and it runs once the latch lets go. The copies go through
+// device memory: CUDA runs a copy between two host buffers synchronously with
+// respect to the host (cudaMemcpyAsync does, and so does a graph's memcpy
+// node at launch), so a launch holding one would block behind the latch.
 TYPED_TEST(Graphs, ALaunchWaitsForTheWorkBeforeIt) {
   SYNCMEM_REQUIRE_STREAM_HOLDS();
   stream s{this->dev()};
   const std::size_t n = 3001;
-  block input{this->dev(), n, false}, output{this->dev(), n, false};
+  block input{this->dev(), n, false}, on_device{this->dev(), n, true}, output{this->dev(), n, false};
   auto calls = std::make_shared<std::atomic<int>>(0);
   begin_capture(s);
-  copy_on(s, output.data(), input.data(), n);
+  copy_on(s, on_device.data(), input.data(), n);
+  copy_on(s, output.data(), on_device.data(), n);
   s.launch_host_func([calls] { calls->fetch_add(1); });
   graph step = end_capture(s);
 
@@ -324,6 +331,95 @@ TYPED_TEST(Graphs, AStreamDestroyedWhileCapturingDropsTheCapture) {
   graph g = end_capture(again);
   g.launch(again);
   again.synchronize();
+}
+
+// The transfer engine on a capturing stream: copies between pinned host and
+// device memory are recorded and run at each launch (the transfers returned
+// have nothing to wait for), on fresh inputs every time.
+TYPED_TEST(Graphs, TheEngineRecordsPinnedAndDeviceCopies) {
+  scoped_emulated_delay delay{std::chrono::microseconds{50}};
+  stream s{this->dev()};
+  const std::size_t n = 6007;
+  block input{this->dev(), n, false}, on_device{this->dev(), n, true}, output{this->dev(), n, false};
+  const bytes_t before = random_bytes(n);
+  output.write(before);
+  begin_capture(s);
+  const transfer up = copy_async(on_device.data(), input.data(), n, s);
+  const transfer down = copy_async(output.data(), on_device.data(), n, s);
+  EXPECT_EQ(up.path(), copy_path::dma);
+  EXPECT_EQ(down.path(), copy_path::dma);
+  EXPECT_TRUE(up.ready()) << "a captured copy has nothing to wait for before the launch";
+  EXPECT_NO_THROW(down.wait());
+  graph step = end_capture(s);
+  s.synchronize();
+  EXPECT_EQ(output.read(), before) << "captured copies ran before the launch";
+  for (int round = 0; round < 20; ++round) {
+    const bytes_t source = random_bytes(n);
+    input.write(source);
+    step.launch(s);
+    s.synchronize();
+    ASSERT_EQ(output.read(), source) << "launch " << round;
+  }
+}
+
+// What the engine would do with host threads, staging buffers or a wait for
+// the stream cannot be captured: refused by name before anything is recorded,
+// and the capture goes on.
+TYPED_TEST(Graphs, TheEngineRefusesCopiesACaptureCannotHold) {
+  stream s{this->dev()};
+  const std::size_t n = 3083;
+  block input{this->dev(), n, false}, on_device{this->dev(), n, true}, output{this->dev(), n, false};
+  bytes_t pageable = random_bytes(n);
+  begin_capture(s);
+  const std::string captured = "the stream of " + to_string(this->dev()) + " is being captured into a graph";
+  EXPECT_THAT(any_error_of([&] { (void)copy_async(on_device.data(), pageable.data(), n, s); }),
+              AllOf(HasSubstr(captured), HasSubstr("from pageable memory to device memory"),
+                    HasSubstr("nothing was captured")));
+  EXPECT_THAT(any_error_of([&] { (void)copy_async(pageable.data(), on_device.data(), n, s); }),
+              AllOf(HasSubstr(captured), HasSubstr("to pageable memory")));
+  EXPECT_THAT(any_error_of([&] { (void)copy_async(output.data(), input.data(), n, s); }),
+              AllOf(HasSubstr(captured), HasSubstr("from pinned memory to pinned memory")));
+  EXPECT_TRUE(is_capturing(s));
+  (void)copy_async(on_device.data(), input.data(), n, s);
+  (void)copy_async(output.data(), on_device.data(), n, s);
+  graph step = end_capture(s);
+  const bytes_t source = random_bytes(n);
+  input.write(source);
+  step.launch(s);
+  s.synchronize();
+  EXPECT_EQ(output.read(), source);
+}
+
+// caching_resource cannot give memory to a capture yet: an allocation on the
+// capturing stream is refused by name and the capture goes on; allocations
+// on other streams meanwhile are ordinary (on CUDA, growing the cache does not
+// fail the capture open on this thread).
+TYPED_TEST(Graphs, ACachingResourceRefusesToAllocateOnACapturingStream) {
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, other{this->dev()};
+  const std::size_t n = 4111;
+  block input{this->dev(), n, false}, output{this->dev(), n, false};
+  begin_capture(s);
+  EXPECT_THAT(any_error_of([&] { (void)resource.allocate(1 << 20, s); }),
+              AllOf(HasSubstr(resource.name() + ": allocate(1048576 bytes) on a stream of " + to_string(this->dev()) +
+                              " that is being captured into a graph"),
+                    HasSubstr("nothing was allocated and the capture goes on")));
+  void* elsewhere = resource.allocate(n, other);
+  ASSERT_NE(elsewhere, nullptr);
+  (void)copy_async(elsewhere, input.data(), n, s);
+  (void)copy_async(output.data(), elsewhere, n, s);
+  graph step = end_capture(s);
+  for (int round = 0; round < 3; ++round) {
+    const bytes_t source = random_bytes(n);
+    input.write(source);
+    step.launch(s);
+    s.synchronize();
+    ASSERT_EQ(output.read(), source) << "launch " << round;
+  }
+  step = graph{};
+  resource.deallocate(elsewhere, n, other);
+  void* after = resource.allocate(n, s);  // the capture is over: ordinary again
+  resource.deallocate(after, n, s);
 }
 
 // What emulated devices cannot record yet is refused by name, before anything

@@ -1,5 +1,7 @@
 #include "backend/backend.hpp"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "syncmem/error.hpp"
@@ -23,6 +25,14 @@ void* backend::end_capture(int, CUstream_st*) { refuse_capture("end_capture"); }
 void backend::launch_graph(int, void*, CUstream_st*) { refuse_capture("launch_graph"); }
 void backend::destroy_graph(int, void*) noexcept {}
 void backend::capture_host_func(int, CUstream_st*, host_func, void*, host_func) { refuse_capture("capture_host_func"); }
+
+namespace {
+std::atomic<int> open_captures{0};
+}  // namespace
+
+bool captures_open() noexcept { return open_captures.load(std::memory_order_acquire) > 0; }
+void capture_opened() noexcept { open_captures.fetch_add(1, std::memory_order_acq_rel); }
+void capture_closed() noexcept { open_captures.fetch_sub(1, std::memory_order_acq_rel); }
 
 backend& backend_for(device_kind kind) noexcept {
   return kind == device_kind::cuda ? cuda_backend() : emulated_backend();

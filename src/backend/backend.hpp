@@ -153,6 +153,13 @@ class backend {
 
 // The backend of a kind. The CUDA one exists in every build: without CUDA it
 // reports no devices and refuses everything else.
+// How many captures begun by syncmem::begin_capture are open, on any device
+// and thread: a cheap test for hot paths (caching_resource::allocate) before
+// they ask the backend whether their stream is captured.
+[[nodiscard]] bool captures_open() noexcept;
+void capture_opened() noexcept;
+void capture_closed() noexcept;
+
 [[nodiscard]] backend& backend_for(device_kind kind) noexcept;
 [[nodiscard]] inline backend& backend_for(device_id id) noexcept { return backend_for(id.kind()); }
 

@@ -21,6 +21,7 @@ void begin_capture(stream_view s) {
   SYNCMEM_EXPECTS(!backend.stream_capturing(s.device().index(), s.native_handle()),
                   fmt::format("begin_capture: the stream of {} is already being captured", to_string(s.device())));
   backend.begin_capture(s.device().index(), s.native_handle());
+  detail::capture_opened();
 }
 
 graph end_capture(stream_view s) {
@@ -30,6 +31,10 @@ graph end_capture(stream_view s) {
                   fmt::format("end_capture: the stream of {} is not being captured (begin_capture was not called on "
                               "it, or its capture has ended)",
                               to_string(s.device())));
+  // The capture is over even when ending it throws (invalidated).
+  struct closed {
+    ~closed() { detail::capture_closed(); }
+  } on_exit;
   return graph{s.device(), backend.end_capture(s.device().index(), s.native_handle())};
 }
 

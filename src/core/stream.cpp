@@ -41,6 +41,9 @@ void abandon_capture(device_id device, CUstream_st* handle) noexcept {
         "a syncmem::stream of {} was destroyed while being captured: the capture is discarded (call end_capture "
         "before the stream goes)",
         to_string(device));
+    struct closed {
+      ~closed() { detail::capture_closed(); }
+    } on_exit;
     backend.destroy_graph(device.index(), backend.end_capture(device.index(), handle));
   } catch (...) {  // NOLINT(bugprone-empty-catch): an invalidated capture leaves no graph to destroy
   }

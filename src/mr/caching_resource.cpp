@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.hpp"
 #include "mr/caching/caching_state.hpp"
 #include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::mr {
@@ -19,6 +21,22 @@ device_id checked(device_id device, const memory_resource* upstream) {
                                 to_string(device), upstream->name(), to_string(device)));
   }
   return device;
+}
+
+// The cache cannot hand out memory to a capture: a block reused in a graph
+// would be handed to other work between launches, and growing calls cudaMalloc,
+// which capture forbids. Refused by name until graphs get pools of their own.
+void refuse_capture(const caching_resource& resource, std::size_t bytes, stream_view stream) {
+  device_guard guard{stream.device()};
+  if (!syncmem::detail::backend_for(stream.device())
+           .stream_capturing(stream.device().index(), stream.native_handle())) {
+    return;
+  }
+  SYNCMEM_UNSUPPORTED(
+      fmt::format("{}: allocate({} bytes) on a stream of {} that is being captured into a graph: caching_resource "
+                  "cannot allocate inside a capture yet; allocate before begin_capture (and free after the graph "
+                  "is destroyed); nothing was allocated and the capture goes on",
+                  resource.name(), bytes, to_string(stream.device())));
 }
 }  // namespace
 
@@ -55,6 +73,7 @@ void caching_resource::reset_peaks() { state_->reset_peaks(); }
 allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }
 
 void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
+  if (syncmem::detail::captures_open()) refuse_capture(*this, bytes, stream);
   return state_->allocate(bytes, stream);
 }
 

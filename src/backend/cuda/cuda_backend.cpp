@@ -94,6 +94,21 @@ void CUDART_CB release_captured_call(void* data) {
   delete call;
 }
 
+// While it lives, the calling thread may make calls that the thread-local and
+// global capture modes refuse (cudaMalloc, pointer queries) without failing a
+// capture it has open: they are not stream work, so nothing of them belongs in
+// the graph (PyTorch's caching allocator grows its graph pools the same way).
+class relaxed_capture_mode {
+ public:
+  relaxed_capture_mode() noexcept { (void)cudaThreadExchangeStreamCaptureMode(&previous_); }
+  ~relaxed_capture_mode() { (void)cudaThreadExchangeStreamCaptureMode(&previous_); }
+  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
+  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+};
+
 class backend_impl final : public backend {
  public:
   device_kind kind() const noexcept override { return device_kind::cuda; }
@@ -169,7 +184,10 @@ class backend_impl final : public backend {
   // ---- memory ----------------------------------------------------------------
   void* allocate(int, std::size_t bytes) override {
     void* p = nullptr;
-    const cudaError_t status = cudaMalloc(&p, bytes);
+    const cudaError_t status = [&] {
+      const relaxed_capture_mode relaxed;  // a capture open on this thread: the allocation is not part of it
+      return cudaMalloc(&p, bytes);
+    }();
     if (status == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       return nullptr;
@@ -443,6 +461,7 @@ class backend_impl final : public backend {
 
   // ---- pointers --------------------------------------------------------------
   std::optional<pointer_attributes> pointer_info(const void* p) override {
+    const relaxed_capture_mode relaxed;  // the engine classifies pointers while a stream is being captured
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
       cudaGetLastError();
