@@ -24,7 +24,6 @@
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
-#include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
 
@@ -388,38 +387,6 @@ TYPED_TEST(Graphs, TheEngineRefusesCopiesACaptureCannotHold) {
   step.launch(s);
   s.synchronize();
   EXPECT_EQ(output.read(), source);
-}
-
-// caching_resource cannot give memory to a capture yet: an allocation on the
-// capturing stream is refused by name and the capture goes on; allocations
-// on other streams meanwhile are ordinary (on CUDA, growing the cache does not
-// fail the capture open on this thread).
-TYPED_TEST(Graphs, ACachingResourceRefusesToAllocateOnACapturingStream) {
-  mr::caching_resource resource{this->dev()};
-  stream s{this->dev()}, other{this->dev()};
-  const std::size_t n = 4111;
-  block input{this->dev(), n, false}, output{this->dev(), n, false};
-  begin_capture(s);
-  EXPECT_THAT(any_error_of([&] { (void)resource.allocate(1 << 20, s); }),
-              AllOf(HasSubstr(resource.name() + ": allocate(1048576 bytes) on a stream of " + to_string(this->dev()) +
-                              " that is being captured into a graph"),
-                    HasSubstr("nothing was allocated and the capture goes on")));
-  void* elsewhere = resource.allocate(n, other);
-  ASSERT_NE(elsewhere, nullptr);
-  (void)copy_async(elsewhere, input.data(), n, s);
-  (void)copy_async(output.data(), elsewhere, n, s);
-  graph step = end_capture(s);
-  for (int round = 0; round < 3; ++round) {
-    const bytes_t source = random_bytes(n);
-    input.write(source);
-    step.launch(s);
-    s.synchronize();
-    ASSERT_EQ(output.read(), source) << "launch " << round;
-  }
-  step = graph{};
-  resource.deallocate(elsewhere, n, other);
-  void* after = resource.allocate(n, s);  // the capture is over: ordinary again
-  resource.deallocate(after, n, s);
 }
 
 // What emulated devices cannot record yet is refused by name, before anything

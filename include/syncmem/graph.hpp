@@ -19,7 +19,10 @@
 /// for (int i = 0; i < 100; ++i) step.launch(s);    // copies at each launch
 /// @endcode
 
+#include <memory>
+
 #include "syncmem/device_id.hpp"
+#include "syncmem/graph_pool.hpp"
 
 namespace syncmem {
 
@@ -33,6 +36,12 @@ class graph;
 /// @throws syncmem::logic_error when `s` is a default stream (CUDA cannot
 /// capture its legacy default stream) or is already being captured.
 void begin_capture(stream_view s);
+
+/// @brief The same, with the device allocations made on `s` during the
+/// capture served from `pool` (shared with other graphs captured into it;
+/// see graph_pool.hpp). begin_capture(s) uses a new pool of its own.
+/// @throws syncmem::logic_error as begin_capture(s)
+void begin_capture(stream_view s, const graph_pool& pool);
 
 /// @brief Ends the capture of `s` and returns what it recorded, ready to launch.
 /// The capture is over even when this throws.
@@ -70,14 +79,20 @@ class graph {
   [[nodiscard]] bool empty() const noexcept { return handle_ == nullptr; }
   /// @brief The device whose stream was captured.
   [[nodiscard]] device_id device() const noexcept { return device_; }
+  /// @brief The pool that the capture's allocations came from, to capture
+  /// another graph into (PyTorch's `pool=graph.pool()`).
+  /// @throws syncmem::logic_error on an empty graph
+  [[nodiscard]] graph_pool pool() const;
 
  private:
   friend graph end_capture(stream_view s);
-  graph(device_id device, void* handle) noexcept : device_{device}, handle_{handle} {}
+  graph(device_id device, void* handle, std::shared_ptr<detail::graph_pool_state> pool) noexcept
+      : device_{device}, handle_{handle}, pool_{std::move(pool)} {}
   void reset() noexcept;
 
   device_id device_ = device_id::cuda(0);
   void* handle_ = nullptr;
+  std::shared_ptr<detail::graph_pool_state> pool_;  // what the graph's allocations came from, kept while it lives
 };
 
 }  // namespace syncmem

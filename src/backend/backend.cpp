@@ -25,6 +25,7 @@ void* backend::end_capture(int, CUstream_st*) { refuse_capture("end_capture"); }
 void backend::launch_graph(int, void*, CUstream_st*) { refuse_capture("launch_graph"); }
 void backend::destroy_graph(int, void*) noexcept {}
 void backend::capture_host_func(int, CUstream_st*, host_func, void*, host_func) { refuse_capture("capture_host_func"); }
+unsigned long long backend::capture_sequence(int, CUstream_st*) { return 0; }
 
 namespace {
 std::atomic<int> open_captures{0};

@@ -122,6 +122,10 @@ class backend {
   virtual void launch_graph(int index, void* graph, CUstream_st* s);
   virtual void destroy_graph(int index, void* graph) noexcept;
   virtual void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release);
+  // The number of the capture `s` takes part in (CUDA's capture sequence id,
+  // the same for every stream a capture has forked to), or 0 when `s` is not
+  // being captured or the backend cannot fork captures (the base class).
+  [[nodiscard]] virtual unsigned long long capture_sequence(int index, CUstream_st* s);
 
   // Events.
   [[nodiscard]] virtual CUevent_st* create_event(int index, bool timing, bool blocking_sync) = 0;

@@ -5,13 +5,16 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/capture_registry.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/stream.hpp"
 
 namespace syncmem {
 
-void begin_capture(stream_view s) {
+void begin_capture(stream_view s) { begin_capture(s, graph_pool{}); }
+
+void begin_capture(stream_view s, const graph_pool& pool) {
   SYNCMEM_EXPECTS(!s.is_default(),
                   fmt::format("begin_capture: the default stream of {} cannot be captured (CUDA cannot capture its "
                               "legacy default stream): capture a syncmem::stream",
@@ -21,7 +24,7 @@ void begin_capture(stream_view s) {
   SYNCMEM_EXPECTS(!backend.stream_capturing(s.device().index(), s.native_handle()),
                   fmt::format("begin_capture: the stream of {} is already being captured", to_string(s.device())));
   backend.begin_capture(s.device().index(), s.native_handle());
-  detail::capture_opened();
+  detail::capture_began(s, detail::graph_pool_access::state(pool));
 }
 
 graph end_capture(stream_view s) {
@@ -31,11 +34,10 @@ graph end_capture(stream_view s) {
                   fmt::format("end_capture: the stream of {} is not being captured (begin_capture was not called on "
                               "it, or its capture has ended)",
                               to_string(s.device())));
-  // The capture is over even when ending it throws (invalidated).
-  struct closed {
-    ~closed() { detail::capture_closed(); }
-  } on_exit;
-  return graph{s.device(), backend.end_capture(s.device().index(), s.native_handle())};
+  // The capture is over even when ending it throws (invalidated); its pool
+  // then goes with what it reserved, unless other graphs or handles hold it.
+  auto pool = detail::capture_ended(s);
+  return graph{s.device(), backend.end_capture(s.device().index(), s.native_handle()), std::move(pool)};
 }
 
 bool is_capturing(stream_view s) {
@@ -45,15 +47,23 @@ bool is_capturing(stream_view s) {
 
 graph::~graph() { reset(); }
 
-graph::graph(graph&& other) noexcept : device_{other.device_}, handle_{std::exchange(other.handle_, nullptr)} {}
+graph::graph(graph&& other) noexcept
+    : device_{other.device_}, handle_{std::exchange(other.handle_, nullptr)}, pool_{std::move(other.pool_)} {}
 
 graph& graph::operator=(graph&& other) noexcept {
   if (this != &other) {
     reset();
     device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
+    pool_ = std::move(other.pool_);
   }
   return *this;
+}
+
+graph_pool graph::pool() const {
+  SYNCMEM_EXPECTS(handle_ != nullptr && pool_ != nullptr,
+                  "graph::pool: the graph is empty (default-made or moved from)");
+  return detail::graph_pool_access::make(pool_);
 }
 
 void graph::launch(stream_view s) const {
@@ -79,6 +89,7 @@ void graph::reset() noexcept {
   } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing to release
   }
   handle_ = nullptr;
+  pool_.reset();  // after the graph: its memory goes once no launch can use it (see private_pool)
 }
 
 }  // namespace syncmem

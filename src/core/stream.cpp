@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/capture_registry.hpp"
 #include "core/log.hpp"
 #include "core/stream_observers.hpp"
 #include "syncmem/device.hpp"
@@ -41,9 +42,7 @@ void abandon_capture(device_id device, CUstream_st* handle) noexcept {
         "a syncmem::stream of {} was destroyed while being captured: the capture is discarded (call end_capture "
         "before the stream goes)",
         to_string(device));
-    struct closed {
-      ~closed() { detail::capture_closed(); }
-    } on_exit;
+    const auto pool = detail::capture_ended(detail::stream_access::make(device, handle));
     backend.destroy_graph(device.index(), backend.end_capture(device.index(), handle));
   } catch (...) {  // NOLINT(bugprone-empty-catch): an invalidated capture leaves no graph to destroy
   }

@@ -6,8 +6,8 @@
 
 #include "backend/backend.hpp"
 #include "mr/caching/caching_state.hpp"
+#include "mr/caching/private_pools.hpp"
 #include "syncmem/device.hpp"
-#include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::mr {
@@ -22,22 +22,6 @@ device_id checked(device_id device, const memory_resource* upstream) {
   }
   return device;
 }
-
-// The cache cannot hand out memory to a capture: a block reused in a graph
-// would be handed to other work between launches, and growing calls cudaMalloc,
-// which capture forbids. Refused by name until graphs get pools of their own.
-void refuse_capture(const caching_resource& resource, std::size_t bytes, stream_view stream) {
-  device_guard guard{stream.device()};
-  if (!syncmem::detail::backend_for(stream.device())
-           .stream_capturing(stream.device().index(), stream.native_handle())) {
-    return;
-  }
-  SYNCMEM_UNSUPPORTED(
-      fmt::format("{}: allocate({} bytes) on a stream of {} that is being captured into a graph: caching_resource "
-                  "cannot allocate inside a capture yet; allocate before begin_capture (and free after the graph "
-                  "is destroyed); nothing was allocated and the capture goes on",
-                  resource.name(), bytes, to_string(stream.device())));
-}
 }  // namespace
 
 caching_resource::caching_resource(device_id device, caching_options options, memory_resource* upstream)
@@ -45,9 +29,19 @@ caching_resource::caching_resource(device_id device, caching_options options, me
       state_{std::make_shared<detail::caching_state>(device, std::move(options), upstream,
                                                      fmt::format("caching_resource({})", to_string(device)))} {
   state_->start();
+  // A block of the cache freed on a capturing stream comes back once the
+  // graphs that may use it are gone; no launch may be running by then.
+  auto give_back = [state = std::weak_ptr<detail::caching_state>{state_}, device](void* p, std::size_t bytes) {
+    const auto alive = state.lock();
+    if (!alive) return;
+    synchronize_device(device);
+    alive->deallocate(p, bytes, default_stream(device));
+  };
+  private_ = std::make_shared<detail::caching::private_pools>(device, upstream, name(), std::move(give_back));
 }
 
 caching_resource::~caching_resource() {
+  private_->detach();
   state_->shutdown();
   state_.reset();  // the state goes once no exiting thread holds it either
 }
@@ -73,11 +67,14 @@ void caching_resource::reset_peaks() { state_->reset_peaks(); }
 allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }
 
 void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
-  if (syncmem::detail::captures_open()) refuse_capture(*this, bytes, stream);
+  if (syncmem::detail::captures_open()) {
+    if (void* p = private_->allocate(bytes, stream)) return p;
+  }
   return state_->allocate(bytes, stream);
 }
 
 void caching_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t) noexcept {
+  if (private_->deallocate(p, bytes, stream)) return;
   state_->deallocate(p, bytes, stream);
 }
 

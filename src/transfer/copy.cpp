@@ -820,7 +820,7 @@ void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* sr
                                  std::size_t bytes, stream_view stream) {
   if (bytes == 0) return;
   const auto direct_side = [](memory_kind k) { return k == memory_kind::pinned_host || k == memory_kind::device; };
-  if (direct_side(dst_kind) && direct_side(src_kind)) {
+  if (direct_side(dst_kind) && direct_side(src_kind) && !capturing(stream)) {
     enqueue_copy(dst, src, bytes, stream);
     stream.synchronize();
     return;

@@ -405,6 +405,17 @@ class backend_impl final : public backend {
     SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
   }
 
+  unsigned long long capture_sequence(int, CUstream_st* s) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    if (s == nullptr) return 0;  // the legacy default stream cannot be captured
+    if (cudaStreamGetCaptureInfo(native(s), &status, &id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return status == cudaStreamCaptureStatusActive ? id : 0;
+  }
+
   void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) override {
     auto* call = new captured_call{fn, user_data, release};
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
