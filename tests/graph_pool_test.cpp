@@ -369,15 +369,18 @@ TYPED_TEST(GraphPools, AForkedStreamAllocatesFromTheCapturesPool) {
   const std::size_t before = pool.reserved_bytes();
   void* b = resource.allocate(n, side);
   EXPECT_GT(pool.reserved_bytes(), before) << "the forked stream's allocation comes from the capture's pool";
-  (void)copy_async(b, a, n, side);
+  (void)copy_async(b, a, n, side);  // both streams only read `a` until they join
   device_add_bytes(side, b, n, 3);
-  device_add_bytes(s, a, n, 5);
+  void* c = resource.allocate(n, s);
+  (void)copy_async(c, a, n, s);
+  device_add_bytes(s, c, n, 5);
   (void)copy_async(out_side.data(), b, n, side);
   event joined{this->dev()};
   joined.record(side);
   s.wait(joined);
-  (void)copy_async(out_main.data(), a, n, s);
+  (void)copy_async(out_main.data(), c, n, s);
   resource.deallocate(b, n, s);
+  resource.deallocate(c, n, s);
   resource.deallocate(a, n, s);
   graph g = end_capture(s);
   for (int round = 0; round < 10; ++round) {
