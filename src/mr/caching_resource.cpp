@@ -7,8 +7,10 @@
 #include "backend/backend.hpp"
 #include "mr/caching/caching_state.hpp"
 #include "mr/caching/private_pools.hpp"
+#include "mr/caching/scoped_pools.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/mr/pool.hpp"
 
 namespace syncmem::mr {
 
@@ -21,6 +23,26 @@ device_id checked(device_id device, const memory_resource* upstream) {
                                 to_string(device), upstream->name(), to_string(device)));
   }
   return device;
+}
+
+// An allocation that a use_pool scope sends to `to` (after this resource, for
+// a pool used on out of memory only); remembered, so that its free here goes
+// back to the pool.
+void* allocate_routed(pool& to, detail::caching_state& own, std::size_t bytes, stream_view stream) {
+  if (to.options().use_on_oom_only) {
+    try {
+      return own.allocate(bytes, stream);
+    } catch (const out_of_memory&) {  // NOLINT(bugprone-empty-catch): the pool is the reserve for this
+    }
+  }
+  void* p = to.resource().allocate(bytes, stream);
+  try {
+    detail::caching::note_routed(p, &to.resource());
+  } catch (...) {
+    to.resource().deallocate(p, bytes, stream);
+    throw;
+  }
+  return p;
 }
 }  // namespace
 
@@ -70,11 +92,21 @@ void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::
   if (syncmem::detail::captures_open()) {
     if (void* p = private_->allocate(bytes, stream)) return p;
   }
+  if (detail::caching::any_scope()) {
+    pool* routed_to = detail::caching::scoped_pool(*device());
+    if (routed_to != nullptr && !detail::caching::is_pool_resource(this)) {
+      return allocate_routed(*routed_to, *state_, bytes, stream);
+    }
+  }
   return state_->allocate(bytes, stream);
 }
 
 void caching_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t) noexcept {
   if (private_->deallocate(p, bytes, stream)) return;
+  if (caching_resource* owner = detail::caching::take_routed(p); owner != nullptr && owner != this) {
+    owner->deallocate(p, bytes, stream);
+    return;
+  }
   state_->deallocate(p, bytes, stream);
 }
 
