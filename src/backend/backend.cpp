@@ -1,7 +1,5 @@
 #include "backend/backend.hpp"
 
-#include <atomic>
-
 #include <fmt/format.h>
 
 #include "syncmem/error.hpp"
@@ -26,14 +24,6 @@ void backend::launch_graph(int, void*, CUstream_st*) { refuse_capture("launch_gr
 void backend::destroy_graph(int, void*) noexcept {}
 void backend::capture_host_func(int, CUstream_st*, host_func, void*, host_func) { refuse_capture("capture_host_func"); }
 unsigned long long backend::capture_sequence(int, CUstream_st*) { return 0; }
-
-namespace {
-std::atomic<int> open_captures{0};
-}  // namespace
-
-bool captures_open() noexcept { return open_captures.load(std::memory_order_acquire) > 0; }
-void capture_opened() noexcept { open_captures.fetch_add(1, std::memory_order_acq_rel); }
-void capture_closed() noexcept { open_captures.fetch_sub(1, std::memory_order_acq_rel); }
 
 backend& backend_for(device_kind kind) noexcept {
   return kind == device_kind::cuda ? cuda_backend() : emulated_backend();

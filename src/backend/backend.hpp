@@ -8,6 +8,7 @@
 // Callers hold a device_guard for the device when they call; the CUDA backend
 // relies on the current device being right, the emulated one takes the index.
 
+#include <atomic>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -160,9 +161,10 @@ class backend {
 // How many captures begun by syncmem::begin_capture are open, on any device
 // and thread: a cheap test for hot paths (caching_resource::allocate) before
 // they ask the backend whether their stream is captured.
-[[nodiscard]] bool captures_open() noexcept;
-void capture_opened() noexcept;
-void capture_closed() noexcept;
+inline std::atomic<int> open_captures{0};
+[[nodiscard]] inline bool captures_open() noexcept { return open_captures.load(std::memory_order_acquire) > 0; }
+inline void capture_opened() noexcept { open_captures.fetch_add(1, std::memory_order_acq_rel); }
+inline void capture_closed() noexcept { open_captures.fetch_sub(1, std::memory_order_acq_rel); }
 
 [[nodiscard]] backend& backend_for(device_kind kind) noexcept;
 [[nodiscard]] inline backend& backend_for(device_id id) noexcept { return backend_for(id.kind()); }

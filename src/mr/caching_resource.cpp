@@ -92,7 +92,7 @@ void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::
   if (syncmem::detail::captures_open()) {
     if (void* p = private_->allocate(bytes, stream)) return p;
   }
-  if (detail::caching::any_scope()) {
+  if (detail::caching::open_scopes.load(std::memory_order_acquire) > 0) {
     pool* routed_to = detail::caching::scoped_pool(*device());
     if (routed_to != nullptr && !detail::caching::is_pool_resource(this)) {
       return allocate_routed(*routed_to, *state_, bytes, stream);
@@ -102,10 +102,12 @@ void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::
 }
 
 void caching_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t) noexcept {
-  if (private_->deallocate(p, bytes, stream)) return;
-  if (caching_resource* owner = detail::caching::take_routed(p); owner != nullptr && owner != this) {
-    owner->deallocate(p, bytes, stream);
-    return;
+  if (private_->may_take() && private_->deallocate(p, bytes, stream)) return;
+  if (detail::caching::routed_blocks.load(std::memory_order_acquire) > 0) {
+    if (caching_resource* owner = detail::caching::take_routed(p); owner != nullptr && owner != this) {
+      owner->deallocate(p, bytes, stream);
+      return;
+    }
   }
   state_->deallocate(p, bytes, stream);
 }

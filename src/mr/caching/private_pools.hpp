@@ -31,6 +31,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "backend/backend.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/stream.hpp"
 
@@ -94,6 +95,11 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   // on a capturing stream (held until the capture's graphs are gone); false
   // when the cache should take it as usual.
   [[nodiscard]] bool deallocate(void* p, std::size_t bytes, stream_view s) noexcept;
+  // Whether deallocate may take a block now: a capture is open, or a block of
+  // a private pool is live (the test for the hot path).
+  [[nodiscard]] bool may_take() const noexcept {
+    return syncmem::detail::captures_open() || live_count_.load(std::memory_order_acquire) > 0;
+  }
   // The resource is going: ordinary blocks held by graphs are no longer given back.
   void detach() noexcept;
 

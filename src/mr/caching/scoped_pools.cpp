@@ -19,8 +19,7 @@ thread_local std::vector<pool*> scopes;  // this thread's, innermost last
 struct routing {
   std::mutex mutex;
   std::unordered_set<const caching_resource*> pool_resources;
-  std::unordered_map<void*, caching_resource*> routed;
-  std::atomic<std::size_t> routed_count{0};
+  std::unordered_map<void*, caching_resource*> routed;  // routed_blocks counts them
 };
 
 routing& state() {
@@ -30,7 +29,10 @@ routing& state() {
 
 }  // namespace
 
-void push_scope(pool* p) { scopes.push_back(p); }
+void push_scope(pool* p) {
+  scopes.push_back(p);
+  open_scopes.fetch_add(1);
+}
 
 void pop_scope(pool* p) noexcept {
   const auto it = std::find(scopes.rbegin(), scopes.rend(), p);
@@ -42,6 +44,7 @@ void pop_scope(pool* p) noexcept {
         to_string(p->device()));
   }
   scopes.erase(std::next(it).base());
+  open_scopes.fetch_sub(1);
 }
 
 pool* scoped_pool(device_id device) noexcept {
@@ -50,8 +53,6 @@ pool* scoped_pool(device_id device) noexcept {
   }
   return nullptr;
 }
-
-bool any_scope() noexcept { return !scopes.empty(); }
 
 void register_pool_resource(const caching_resource* r) {
   auto& s = state();
@@ -75,18 +76,18 @@ void note_routed(void* p, caching_resource* owner) {
   auto& s = state();
   std::lock_guard lock{s.mutex};
   s.routed[p] = owner;
-  s.routed_count.store(s.routed.size());
+  routed_blocks.store(s.routed.size());
 }
 
 caching_resource* take_routed(void* p) noexcept {
   auto& s = state();
-  if (s.routed_count.load() == 0) return nullptr;
+  if (routed_blocks.load() == 0) return nullptr;
   std::lock_guard lock{s.mutex};
   const auto it = s.routed.find(p);
   if (it == s.routed.end()) return nullptr;
   caching_resource* owner = it->second;
   s.routed.erase(it);
-  s.routed_count.store(s.routed.size());
+  routed_blocks.store(s.routed.size());
   return owner;
 }
 
@@ -94,7 +95,7 @@ void forget_routed(const caching_resource* owner) noexcept {
   auto& s = state();
   std::lock_guard lock{s.mutex};
   std::erase_if(s.routed, [owner](const auto& entry) { return entry.second == owner; });
-  s.routed_count.store(s.routed.size());
+  routed_blocks.store(s.routed.size());
 }
 
 }  // namespace syncmem::mr::detail::caching

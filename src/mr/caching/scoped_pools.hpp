@@ -7,6 +7,9 @@
 // here on allocate and deallocate; both ask cheaply while no scope exists on
 // the thread or no block is routed.
 
+#include <atomic>
+#include <cstddef>
+
 #include "syncmem/device_id.hpp"
 
 namespace syncmem::mr {
@@ -16,12 +19,14 @@ class caching_resource;
 
 namespace syncmem::mr::detail::caching {
 
+// Scopes open on any thread, and blocks routed: what the hot paths test first.
+inline std::atomic<int> open_scopes{0};
+inline std::atomic<std::size_t> routed_blocks{0};
+
 void push_scope(pool* p);
 void pop_scope(pool* p) noexcept;
 // The innermost scope's pool for `device` on this thread, or nullptr.
 [[nodiscard]] pool* scoped_pool(device_id device) noexcept;
-// Whether this thread has any scope (the check for the hot path).
-[[nodiscard]] bool any_scope() noexcept;
 
 void register_pool_resource(const caching_resource* r);
 void unregister_pool_resource(const caching_resource* r) noexcept;
