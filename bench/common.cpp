@@ -37,6 +37,7 @@ void register_all(const options& o) {
   register_memcpy_suite(o);
   register_tensor_suite(o);
   register_batch_suite(o);
+  register_graph_suite(o);
 }
 
 }  // namespace syncmem::bench

@@ -23,6 +23,7 @@
 #include "poisoning_resource.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/graph.hpp"
 #include "syncmem/mr/failure_adaptor.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
@@ -880,6 +881,76 @@ TYPED_TEST(SyncedMemory, BatchedPrefetchFailureChangesNoState) {
     EXPECT_EQ(read_device(s, owned[i]->device_data(s), 1000 + i),
               std::vector<std::uint8_t>(1000 + i, static_cast<std::uint8_t>(i)));
   }
+}
+
+// ---- stream capture ----------------------------------------------------------------
+
+// Used on a capturing stream, a buffer records its transfers into the graph
+// and takes the state the captured work leaves it in, as if the graph had
+// run once; its pointers stay fixed, so that each launch uploads what is in
+// the host side then, and downloads the result into it (docs/graphs.md).
+TYPED_TEST(SyncedMemory, TransfersOnACapturingStreamAreRecordedAndReplayed) {
+  test::scoped_emulated_delay delay{std::chrono::microseconds{20}};
+  stream s{this->dev()};
+  const std::size_t n = 50'021;
+  const auto delta = static_cast<std::uint8_t>(test::rng()() | 1u);
+  synced_memory m{n, this->dev(), {.label = "captured"}};
+  (void)m.mutable_device_data(s);  // the device side exists, and s is the buffer's stream
+  auto* host = static_cast<std::uint8_t*>(m.mutable_host_data());
+  ASSERT_EQ(m.state(), sync_state::at_host);
+  const transfer_counters before = m.counters();
+
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* device = m.mutable_device_data(s);
+  EXPECT_EQ(m.state(), sync_state::at_device);
+  test::device_add_bytes(s, device, n, delta);
+  EXPECT_EQ(m.host_data(), host);
+  EXPECT_EQ(m.state(), sync_state::synced) << "the state the captured work leaves";
+  graph step = end_capture(s);
+  EXPECT_EQ(m.counters().to_device_copies, before.to_device_copies + 1);
+  EXPECT_EQ(m.counters().to_host_copies, before.to_host_copies + 1);
+  EXPECT_EQ(pool.reserved_bytes(), 0u) << "the buffer allocated nothing in the capture";
+
+  for (int round = 0; round < 15; ++round) {
+    const auto source = test::random_bytes(n);
+    std::memcpy(host, source.data(), n);  // fresh inputs where the graph reads them
+    step.launch(s);
+    s.synchronize();
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(host[i], static_cast<std::uint8_t>(source[i] + delta)) << "launch " << round << ", byte " << i;
+    }
+    ASSERT_EQ(read_device(s, device, n), std::vector<std::uint8_t>(host, host + n)) << "launch " << round;
+  }
+  EXPECT_EQ(m.state(), sync_state::synced);
+  EXPECT_EQ(m.device_data(s), device);
+}
+
+// A buffer first used on a capturing stream takes its device side from the
+// capture's pool; pageable host memory cannot take part in a capture and is
+// refused by name, nothing recorded.
+TYPED_TEST(SyncedMemory, AFirstUseInACaptureAllocatesFromTheGraphPoolAndPageableIsRefused) {
+  stream s{this->dev()};
+  const std::size_t n = 8'209;
+  synced_memory fresh{n, this->dev(), {.label = "fresh"}};
+  synced_memory pageable{n, this->dev(), {.label = "pageable", .host_kind = host_memory_kind::pageable}};
+  (void)pageable.mutable_device_data(s);
+  (void)pageable.mutable_host_data();
+  graph_pool pool;
+  begin_capture(s, pool);
+  (void)fresh.mutable_device_data(s);
+  EXPECT_GE(pool.reserved_bytes(), n);
+  std::string message = "no error";
+  try {
+    (void)pageable.device_data(s);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  EXPECT_THAT(message, HasSubstr("is being captured into a graph"));
+  EXPECT_THAT(message, HasSubstr("from pageable memory"));
+  graph g = end_capture(s);
+  g.launch(s);
+  s.synchronize();
 }
 
 }  // namespace

@@ -68,7 +68,9 @@ class stream_view {
   /// @brief Enqueues a host function, run in stream order once the work before
   /// it has completed (cudaLaunchHostFunc on CUDA). It must not call into
   /// CUDA, nor throw; on an emulated device an exception it throws is reported
-  /// by the next synchronize().
+  /// by the next synchronize(). On a stream being captured (graph.hpp) it is
+  /// recorded: the same function object runs at every launch of the graph and
+  /// is destroyed with the graph.
   void launch_host_func(std::function<void()> fn) const;
 
   friend bool operator==(stream_view, stream_view) noexcept = default;
@@ -94,7 +96,8 @@ struct stream_options {
 
 /// @brief An owning stream. Move-only. Destroying it waits for the work
 /// enqueued on it to finish, so that objects that remember the stream (a
-/// synced_memory's last stream of use) can tell that its work is done.
+/// synced_memory's last stream of use) can tell that its work is done. A
+/// capture still open on it is discarded (and logged).
 ///
 /// Thread safety: enqueueing from several threads is safe; moving or
 /// destroying while other threads use it is not.

@@ -8,6 +8,7 @@
 // Callers hold a device_guard for the device when they call; the CUDA backend
 // relies on the current device being right, the emulated one takes the index.
 
+#include <atomic>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -118,6 +119,25 @@ class backend {
   // where the backend cannot capture.
   [[nodiscard]] virtual bool stream_capturing(int index, CUstream_st* s);
 
+  // Stream capture (see include/syncmem/graph.hpp). While `s` is captured the
+  // work enqueued on it is recorded, not run. end_capture returns an
+  // executable graph (cudaGraphExec_t for CUDA), launched as one piece of work
+  // on a stream of the device and destroyed by destroy_graph. launch_host_func
+  // refuses a capturing stream (its function runs once and is then freed);
+  // capture_host_func records `fn(user_data)` to run at every launch and calls
+  // `release(user_data)` once the graph and every launch of it are gone (it
+  // owns user_data from the call on: release runs also when it throws). The
+  // base class refuses capture (unsupported_error).
+  virtual void begin_capture(int index, CUstream_st* s);
+  [[nodiscard]] virtual void* end_capture(int index, CUstream_st* s);
+  virtual void launch_graph(int index, void* graph, CUstream_st* s);
+  virtual void destroy_graph(int index, void* graph) noexcept;
+  virtual void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release);
+  // The number of the capture `s` takes part in (CUDA's capture sequence id,
+  // the same for every stream a capture has forked to), or 0 when `s` is not
+  // being captured or the backend cannot fork captures (the base class).
+  [[nodiscard]] virtual unsigned long long capture_sequence(int index, CUstream_st* s);
+
   // Events.
   [[nodiscard]] virtual CUevent_st* create_event(int index, bool timing, bool blocking_sync) = 0;
   virtual void destroy_event(int index, CUevent_st* e) noexcept = 0;
@@ -148,6 +168,14 @@ class backend {
 
 // The backend of a kind. The CUDA one exists in every build: without CUDA it
 // reports no devices and refuses everything else.
+// How many captures begun by syncmem::begin_capture are open, on any device
+// and thread: a cheap test for hot paths (caching_resource::allocate) before
+// they ask the backend whether their stream is captured.
+inline std::atomic<int> open_captures{0};
+[[nodiscard]] inline bool captures_open() noexcept { return open_captures.load(std::memory_order_acquire) > 0; }
+inline void capture_opened() noexcept { open_captures.fetch_add(1, std::memory_order_acq_rel); }
+inline void capture_closed() noexcept { open_captures.fetch_sub(1, std::memory_order_acq_rel); }
+
 [[nodiscard]] backend& backend_for(device_kind kind) noexcept;
 [[nodiscard]] inline backend& backend_for(device_id id) noexcept { return backend_for(id.kind()); }
 

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/capture_registry.hpp"
+#include "core/log.hpp"
 #include "core/stream_observers.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -27,6 +29,23 @@ struct liveness_registry {
 liveness_registry& registry() {
   static auto* const r = new liveness_registry{};  // never destroyed: streams may die after main()
   return *r;
+}
+
+// A stream destroyed while captured: ends the capture and drops its graph,
+// since neither a synchronize nor cudaStreamDestroy may meet an open capture.
+void abandon_capture(device_id device, CUstream_st* handle) noexcept {
+  try {
+    device_guard guard{device};
+    auto& backend = detail::backend_for(device);
+    if (!backend.stream_capturing(device.index(), handle)) return;
+    detail::logger().error(
+        "a syncmem::stream of {} was destroyed while being captured: the capture is discarded (call end_capture "
+        "before the stream goes)",
+        to_string(device));
+    const auto pool = detail::capture_ended(detail::stream_access::make(device, handle));
+    backend.destroy_graph(device.index(), backend.end_capture(device.index(), handle));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): an invalidated capture leaves no graph to destroy
+  }
 }
 
 }  // namespace
@@ -83,12 +102,20 @@ void stream_view::wait(const event& e) const {
 void stream_view::launch_host_func(std::function<void()> fn) const {
   SYNCMEM_EXPECTS(static_cast<bool>(fn), "launch_host_func: the function is empty");
   auto owned = std::make_unique<std::function<void()>>(std::move(fn));
+  device_guard guard{device_};
+  auto& backend = detail::backend_for(device_);
+  if (backend.stream_capturing(device_.index(), handle_)) {
+    // Recorded into a graph: called at every launch, freed with the graph.
+    auto call = [](void* data) { (*static_cast<std::function<void()>*>(data))(); };
+    auto release = [](void* data) { delete static_cast<std::function<void()>*>(data); };
+    backend.capture_host_func(device_.index(), handle_, call, owned.release(), release);
+    return;
+  }
   auto trampoline = [](void* data) {
     std::unique_ptr<std::function<void()>> f{static_cast<std::function<void()>*>(data)};
     (*f)();
   };
-  device_guard guard{device_};
-  detail::backend_for(device_).launch_host_func(device_.index(), handle_, trampoline, owned.get());
+  backend.launch_host_func(device_.index(), handle_, trampoline, owned.get());
   (void)owned.release();  // the trampoline owns it now
 }
 
@@ -126,6 +153,7 @@ stream& stream::operator=(stream&& other) noexcept {
 void stream::reset() noexcept {
   if (!valid_) return;
   valid_ = false;
+  abandon_capture(device_, handle_);  // first: observers may enqueue on the stream
   detail::notify_stream_destroying(device_, handle_);
   try {
     device_guard guard{device_};

@@ -4,9 +4,13 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.hpp"
 #include "mr/caching/caching_state.hpp"
+#include "mr/caching/private_pools.hpp"
+#include "mr/caching/scoped_pools.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/mr/pool.hpp"
 
 namespace syncmem::mr {
 
@@ -20,6 +24,26 @@ device_id checked(device_id device, const memory_resource* upstream) {
   }
   return device;
 }
+
+// An allocation that a use_pool scope sends to `to` (after this resource, for
+// a pool used on out of memory only); remembered, so that its free here goes
+// back to the pool.
+void* allocate_routed(pool& to, detail::caching_state& own, std::size_t bytes, stream_view stream) {
+  if (to.options().use_on_oom_only) {
+    try {
+      return own.allocate(bytes, stream);
+    } catch (const out_of_memory&) {  // NOLINT(bugprone-empty-catch): the pool is the reserve for this
+    }
+  }
+  void* p = to.resource().allocate(bytes, stream);
+  try {
+    detail::caching::note_routed(p, &to.resource());
+  } catch (...) {
+    to.resource().deallocate(p, bytes, stream);
+    throw;
+  }
+  return p;
+}
 }  // namespace
 
 caching_resource::caching_resource(device_id device, caching_options options, memory_resource* upstream)
@@ -27,9 +51,19 @@ caching_resource::caching_resource(device_id device, caching_options options, me
       state_{std::make_shared<detail::caching_state>(device, std::move(options), upstream,
                                                      fmt::format("caching_resource({})", to_string(device)))} {
   state_->start();
+  // A block of the cache freed on a capturing stream comes back once the
+  // graphs that may use it are gone; no launch may be running by then.
+  auto give_back = [state = std::weak_ptr<detail::caching_state>{state_}, device](void* p, std::size_t bytes) {
+    const auto alive = state.lock();
+    if (!alive) return;
+    synchronize_device(device);
+    alive->deallocate(p, bytes, default_stream(device));
+  };
+  private_ = std::make_shared<detail::caching::private_pools>(device, upstream, name(), std::move(give_back));
 }
 
 caching_resource::~caching_resource() {
+  private_->detach();
   state_->shutdown();
   state_.reset();  // the state goes once no exiting thread holds it either
 }
@@ -55,10 +89,26 @@ void caching_resource::reset_peaks() { state_->reset_peaks(); }
 allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }
 
 void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
+  if (syncmem::detail::captures_open()) {
+    if (void* p = private_->allocate(bytes, stream)) return p;
+  }
+  if (detail::caching::open_scopes.load(std::memory_order_acquire) > 0) {
+    pool* routed_to = detail::caching::scoped_pool(*device());
+    if (routed_to != nullptr && !detail::caching::is_pool_resource(this)) {
+      return allocate_routed(*routed_to, *state_, bytes, stream);
+    }
+  }
   return state_->allocate(bytes, stream);
 }
 
 void caching_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t) noexcept {
+  if (private_->may_take() && private_->deallocate(p, bytes, stream)) return;
+  if (detail::caching::routed_blocks.load(std::memory_order_acquire) > 0) {
+    if (caching_resource* owner = detail::caching::take_routed(p); owner != nullptr && owner != this) {
+      owner->deallocate(p, bytes, stream);
+      return;
+    }
+  }
   state_->deallocate(p, bytes, stream);
 }
 

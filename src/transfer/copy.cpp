@@ -570,11 +570,44 @@ transfer across_backends(std::byte* dst, const std::byte* src, std::size_t bytes
   return detail::transfer_access::make(nullptr, copy_path::across_backends);
 }
 
+bool capturing(stream_view s) {
+  device_guard guard{s.device()};
+  return detail::backend_for(s.device()).stream_capturing(s.device().index(), s.native_handle());
+}
+
+// A copy on a stream being captured into a graph: recorded as one node where
+// the backend copies it alone (pinned host, device and managed memory of the
+// stream's device, or a peer), refused where the engine needs its host
+// threads, staging buffers or a wait for the stream, none of which a graph
+// can replay. The transfer has nothing to wait for: the copy runs at launch.
+transfer captured(void* dst, const side& to, const void* src, const side& from, std::size_t bytes, stream_view s,
+                  const copy_options& o) {
+  const bool recordable = [&] {
+    if (is_host(to) && is_host(from)) return false;
+    if (to.kind == memory_kind::pageable_host || from.kind == memory_kind::pageable_host) return false;
+    if (to.kind == memory_kind::device && from.kind == memory_kind::device && *to.device != *from.device) {
+      return to.device->kind() == from.device->kind() && o.peer_access && peer_usable(*from.device, *to.device);
+    }
+    return true;
+  }();
+  if (!recordable) {
+    SYNCMEM_UNSUPPORTED(fmt::format(
+        "copy_async: the stream of {} is being captured into a graph, and a copy of {} bytes from {} to {} cannot "
+        "be captured (it needs host threads, staging buffers or a wait for the stream); only copies between pinned "
+        "host, device and managed memory (or between peers) can; nothing was captured",
+        to_string(s.device()), bytes, describe(from), describe(to)));
+  }
+  enqueue_copy(dst, src, bytes, s);
+  const bool peer = to.kind == memory_kind::device && from.kind == memory_kind::device && *to.device != *from.device;
+  return detail::transfer_access::make(nullptr, peer ? copy_path::peer_dma : copy_path::dma);
+}
+
 // The path for two classified sides (see the table in copy.hpp).
 transfer dispatch(void* dst, const side& to, const void* src, const side& from, std::size_t bytes, stream_view stream,
                   const copy_options& options, const detail::staging_thresholds& thresholds = {}) {
   auto* out = static_cast<std::byte*>(dst);
   const auto* in = static_cast<const std::byte*>(src);
+  if (capturing(stream)) return captured(dst, to, src, from, bytes, stream, options);
   if (is_host(to) && is_host(from)) return host_to_host(dst, src, bytes, stream, options);
   if (to.kind == memory_kind::managed || from.kind == memory_kind::managed) {
     return direct(dst, src, bytes, stream, copy_path::dma);
@@ -792,7 +825,7 @@ void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* sr
                                  std::size_t bytes, stream_view stream) {
   if (bytes == 0) return;
   const auto direct_side = [](memory_kind k) { return k == memory_kind::pinned_host || k == memory_kind::device; };
-  if (direct_side(dst_kind) && direct_side(src_kind)) {
+  if (direct_side(dst_kind) && direct_side(src_kind) && !capturing(stream)) {
     enqueue_copy(dst, src, bytes, stream);
     stream.synchronize();
     return;

@@ -18,7 +18,10 @@ namespace syncmem::mr {
 
 namespace detail {
 class caching_state;
+namespace caching {
+class private_pools;
 }
+}  // namespace detail
 
 /// @brief What a caching_resource has done and holds. Byte counts of blocks
 /// are block sizes (requests rounded up to 512 bytes); `requested` counts the
@@ -153,7 +156,8 @@ class caching_resource final : public memory_resource {
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept override;
 
-  std::shared_ptr<detail::caching_state> state_;  // shared with per-thread caches that outlive the resource
+  std::shared_ptr<detail::caching_state> state_;             // shared with per-thread caches that outlive the resource
+  std::shared_ptr<detail::caching::private_pools> private_;  // allocations during stream capture (graph_pool.hpp)
 };
 
 }  // namespace syncmem::mr

@@ -71,6 +71,46 @@ void CUDART_CB run_host_call(void* data) {
   delete call;
 }
 
+// A host function recorded into a graph: run at every launch, released with
+// the graph through a CUDA user object.
+struct captured_call {
+  host_func fn;
+  void* user_data;
+  host_func release;
+};
+
+void CUDART_CB run_captured_call(void* data) {
+  auto* call = static_cast<captured_call*>(data);
+  try {
+    call->fn(call->user_data);
+  } catch (const std::exception& e) {
+    logger().error("a host function launched by a CUDA graph threw: {}", e.what());
+  } catch (...) {
+    logger().error("a host function launched by a CUDA graph threw");
+  }
+}
+
+void CUDART_CB release_captured_call(void* data) {
+  auto* call = static_cast<captured_call*>(data);
+  call->release(call->user_data);
+  delete call;
+}
+
+// While it lives, the calling thread may make calls that the thread-local and
+// global capture modes refuse (cudaMalloc, pointer queries) without failing a
+// capture it has open: they are not stream work, so nothing of them belongs in
+// the graph (PyTorch's caching allocator grows its graph pools the same way).
+class relaxed_capture_mode {
+ public:
+  relaxed_capture_mode() noexcept { (void)cudaThreadExchangeStreamCaptureMode(&previous_); }
+  ~relaxed_capture_mode() { (void)cudaThreadExchangeStreamCaptureMode(&previous_); }
+  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
+  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+};
+
 class backend_impl final : public backend {
  public:
   device_kind kind() const noexcept override { return device_kind::cuda; }
@@ -146,7 +186,10 @@ class backend_impl final : public backend {
   // ---- memory ----------------------------------------------------------------
   void* allocate(int, std::size_t bytes) override {
     void* p = nullptr;
-    const cudaError_t status = cudaMalloc(&p, bytes);
+    const cudaError_t status = [&] {
+      const relaxed_capture_mode relaxed;  // a capture open on this thread: the allocation is not part of it
+      return cudaMalloc(&p, bytes);
+    }();
     if (status == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       return nullptr;
@@ -275,7 +318,11 @@ class backend_impl final : public backend {
     return true;
   }
 
-  void launch_host_func(int, CUstream_st* s, host_func fn, void* user_data) override {
+  void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) override {
+    SYNCMEM_EXPECTS(!stream_capturing(index, s),
+                    fmt::format("launch_host_func: the stream of cuda:{} is being captured, and a one-shot host "
+                                "function cannot be recorded into a graph (use capture_host_func)",
+                                index));
     auto* call = new host_call{fn, user_data};
     const cudaError_t status = cudaLaunchHostFunc(native(s), run_host_call, call);
     if (status != cudaSuccess) delete call;
@@ -339,6 +386,66 @@ class backend_impl final : public backend {
     return status != cudaStreamCaptureStatusNone;
   }
 
+  // ---- capture -----------------------------------------------------------------
+  // Thread-local mode: CUDA then refuses the calls that are unsafe in capture
+  // (cudaMalloc, synchronisation, queries) made by the capturing thread, which
+  // is where syncmem must prove itself capture-safe, without failing the
+  // other threads' ordinary work as the global mode would. The capture must be
+  // ended on the thread that began it.
+  void begin_capture(int, CUstream_st* s) override {
+    SYNCMEM_CUDA_TRY(cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal));
+  }
+
+  void* end_capture(int, CUstream_st* s) override {
+    cudaGraph_t graph = nullptr;
+    SYNCMEM_CUDA_TRY(cudaStreamEndCapture(native(s), &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphDestroy(graph));  // the executable graph keeps what it needs
+    SYNCMEM_CUDA_TRY(instantiated);
+    return exec;
+  }
+
+  void launch_graph(int, void* graph, CUstream_st* s) override {
+    SYNCMEM_CUDA_TRY(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), native(s)));
+  }
+
+  void destroy_graph(int, void* graph) noexcept override {
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+  }
+
+  unsigned long long capture_sequence(int, CUstream_st* s) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    if (s == nullptr) return 0;  // the legacy default stream cannot be captured
+    if (cudaStreamGetCaptureInfo(native(s), &status, &id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return status == cudaStreamCaptureStatusActive ? id : 0;
+  }
+
+  void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) override {
+    auto* call = new captured_call{fn, user_data, release};
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t queried = cudaStreamGetCaptureInfo(native(s), &status, nullptr, &graph);
+    if (queried != cudaSuccess || status != cudaStreamCaptureStatusActive) release_captured_call(call);
+    SYNCMEM_CUDA_TRY(queried);
+    SYNCMEM_EXPECTS(status == cudaStreamCaptureStatusActive,
+                    fmt::format("capture_host_func: the stream of cuda:{} is not being captured", index));
+    cudaUserObject_t object = nullptr;
+    const cudaError_t created =
+        cudaUserObjectCreate(&object, call, release_captured_call, 1, cudaUserObjectNoDestructorSync);
+    if (created != cudaSuccess) release_captured_call(call);
+    SYNCMEM_CUDA_TRY(created);
+    const cudaError_t retained = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+    if (retained != cudaSuccess) SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaUserObjectRelease(object, 1));
+    SYNCMEM_CUDA_TRY(retained);
+    // The graph owns the call now, and releases it with itself even if this launch fails.
+    SYNCMEM_CUDA_TRY(cudaLaunchHostFunc(native(s), run_captured_call, call));
+  }
+
   // ---- events ----------------------------------------------------------------
   CUevent_st* create_event(int, bool timing, bool blocking_sync) override {
     unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
@@ -374,6 +481,7 @@ class backend_impl final : public backend {
 
   // ---- pointers --------------------------------------------------------------
   std::optional<pointer_attributes> pointer_info(const void* p) override {
+    const relaxed_capture_mode relaxed;  // the engine classifies pointers while a stream is being captured
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
       cudaGetLastError();

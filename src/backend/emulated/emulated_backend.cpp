@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -290,7 +291,9 @@ class backend_impl final : public backend {
   }
 
   void* pool_allocate(int index, void* handle, std::size_t bytes, CUstream_st* s) override {
-    const void* stream = &to_stream(s, index);
+    auto& w = to_stream(s, index);
+    refuse_to_record(w, "a stream-ordered allocation");
+    const void* stream = &w;
     auto& pool = *static_cast<pool_holder*>(handle)->pool;
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), device_alignment);
     std::unique_lock lock{pool.mutex};
@@ -350,7 +353,10 @@ class backend_impl final : public backend {
     };
     if (w != nullptr) {
       try {
-        w->enqueue(give_back);
+        // A free cannot be recorded yet: it fails the capture, and the block
+        // goes back once the work enqueued before the capture has run.
+        w->invalidate_capture("a stream-ordered free, which emulated devices cannot record yet");
+        w->enqueue_uncaptured(give_back);
         return;
       } catch (...) {  // NOLINT(bugprone-empty-catch): the stream cannot take it, so the block is free at once
       }
@@ -459,11 +465,67 @@ class backend_impl final : public backend {
     return reinterpret_cast<CUstream_st*>(d.default_stream);
   }
 
-  void synchronize_stream(int index, CUstream_st* s) override { to_stream(s, index).synchronize(); }
-  bool stream_ready(int index, CUstream_st* s) override { return to_stream(s, index).ready(); }
+  void synchronize_stream(int index, CUstream_st* s) override {
+    auto& w = to_stream(s, index);
+    refuse_in_capture(w, "synchronize");
+    w.synchronize();
+  }
+  bool stream_ready(int index, CUstream_st* s) override {
+    auto& w = to_stream(s, index);
+    refuse_in_capture(w, "ready (a stream query)");
+    return w.ready();
+  }
 
   void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) override {
-    to_stream(s, index).enqueue([fn, user_data] { fn(user_data); });
+    auto& w = to_stream(s, index);
+    SYNCMEM_EXPECTS(!w.capturing(),
+                    fmt::format("launch_host_func: the stream of emulated:{} is being captured, and a one-shot host "
+                                "function cannot be recorded into a graph (use capture_host_func)",
+                                index));
+    w.enqueue([fn, user_data] { fn(user_data); });
+  }
+
+  // ---- capture -----------------------------------------------------------------
+  // An executable graph: the operations recorded, enqueued in order at each launch.
+  struct recorded_graph {
+    int device;
+    std::vector<std::function<void()>> ops;
+  };
+
+  bool stream_capturing(int index, CUstream_st* s) override { return to_stream(s, index).capturing(); }
+
+  void begin_capture(int index, CUstream_st* s) override {
+    auto& w = to_stream(s, index);
+    SYNCMEM_EXPECTS(&w != device(index).default_stream,
+                    fmt::format("begin_capture: the default stream of emulated:{} cannot be captured (as CUDA's legacy "
+                                "default stream cannot)",
+                                index));
+    w.begin_capture();
+  }
+
+  void* end_capture(int index, CUstream_st* s) override {
+    return new recorded_graph{index, to_stream(s, index).end_capture()};
+  }
+
+  void launch_graph(int index, void* graph, CUstream_st* s) override {
+    auto& g = *static_cast<recorded_graph*>(graph);
+    SYNCMEM_EXPECTS(g.device == index, fmt::format("launch: a graph of emulated:{} cannot be launched on a stream of "
+                                                   "emulated:{}",
+                                                   g.device, index));
+    to_stream(s, index).enqueue_all(g.ops);
+  }
+
+  // The operations queued by earlier launches hold copies of what they need.
+  void destroy_graph(int, void* graph) noexcept override { delete static_cast<recorded_graph*>(graph); }
+
+  void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) override {
+    // Released when the graph and the copies queued by its launches are gone,
+    // as a CUDA user object; at once when this throws.
+    std::shared_ptr<void> data{user_data, release};
+    auto& w = to_stream(s, index);
+    SYNCMEM_EXPECTS(w.capturing(),
+                    fmt::format("capture_host_func: the stream of emulated:{} is not being captured", index));
+    w.enqueue([fn, data] { fn(data.get()); });
   }
 
   void memcpy_async(void* dst, const void* src, std::size_t bytes, int index, CUstream_st* s) override {
@@ -496,6 +558,7 @@ class backend_impl final : public backend {
   void record_event(int index, CUevent_st* e, CUstream_st* s) override {
     auto state = reinterpret_cast<event_holder*>(e)->state;
     auto& stream = to_stream(s, index);
+    refuse_to_record(stream, "an event record");
     std::uint64_t generation = 0;
     {
       std::lock_guard lock{state->mutex};
@@ -530,6 +593,7 @@ class backend_impl final : public backend {
 
   void stream_wait_event(int index, CUstream_st* s, CUevent_st* e) override {
     auto state = reinterpret_cast<event_holder*>(e)->state;
+    refuse_to_record(to_stream(s, index), "an event wait");
     std::uint64_t target = 0;
     {
       std::lock_guard lock{state->mutex};
@@ -679,6 +743,28 @@ class backend_impl final : public backend {
     SYNCMEM_EXPECTS(w->device() == index,
                     fmt::format("a stream of emulated:{} was used on emulated:{}", w->device(), index));
     return *w;
+  }
+
+  // What CUDA forbids on a capturing stream: refused, and the capture is
+  // invalidated, as cudaErrorStreamCaptureUnsupported does.
+  static void refuse_in_capture(worker_stream& w, const char* operation) {
+    if (!w.capturing()) return;
+    const auto why = fmt::format("{} of the capturing stream", operation);
+    w.invalidate_capture(why);
+    SYNCMEM_FAIL(
+        fmt::format("{}: a stream of emulated:{} is being captured into a graph, where CUDA forbids this "
+                    "(cudaErrorStreamCaptureUnsupported); the capture is invalidated",
+                    operation, w.device()));
+  }
+
+  // What emulated devices cannot record into a graph yet: refused, the
+  // capture left valid.
+  static void refuse_to_record(worker_stream& w, const char* operation) {
+    if (!w.capturing()) return;
+    SYNCMEM_UNSUPPORTED(
+        fmt::format("{} on a stream of emulated:{} that is being captured into a graph: emulated "
+                    "devices cannot record it yet; nothing was recorded",
+                    operation, w.device()));
   }
 
   static bool reserve_capacity(device_state& d, std::size_t size) {

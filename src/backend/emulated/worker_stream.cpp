@@ -2,7 +2,9 @@
 
 #include <exception>
 #include <random>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -25,10 +27,72 @@ worker_stream::~worker_stream() {
 void worker_stream::enqueue(std::function<void()> op) {
   {
     std::lock_guard lock{mutex_};
+    if (capturing_) {
+      captured_.push_back(std::move(op));
+      return;
+    }
     queue_.push_back(std::move(op));
     ++enqueued_;
   }
   work_available_.notify_one();
+}
+
+void worker_stream::enqueue_all(const std::vector<std::function<void()>>& ops) {
+  {
+    std::lock_guard lock{mutex_};
+    if (capturing_) {
+      captured_.insert(captured_.end(), ops.begin(), ops.end());
+      return;
+    }
+    queue_.insert(queue_.end(), ops.begin(), ops.end());
+    enqueued_ += ops.size();
+  }
+  work_available_.notify_one();
+}
+
+void worker_stream::enqueue_uncaptured(std::function<void()> op) {
+  {
+    std::lock_guard lock{mutex_};
+    queue_.push_back(std::move(op));
+    ++enqueued_;
+  }
+  work_available_.notify_one();
+}
+
+void worker_stream::begin_capture() {
+  std::lock_guard lock{mutex_};
+  SYNCMEM_EXPECTS(!capturing_,
+                  fmt::format("begin_capture: a stream of emulated:{} is already being captured", device_));
+  capturing_ = true;
+  captured_.clear();
+  capture_invalidated_.clear();
+}
+
+std::vector<std::function<void()>> worker_stream::end_capture() {
+  std::vector<std::function<void()>> ops;
+  std::string invalidated;
+  {
+    std::lock_guard lock{mutex_};
+    SYNCMEM_EXPECTS(capturing_, fmt::format("end_capture: the stream of emulated:{} is not being captured", device_));
+    capturing_ = false;
+    ops = std::exchange(captured_, {});
+    invalidated = std::exchange(capture_invalidated_, {});
+  }
+  SYNCMEM_EXPECTS(invalidated.empty(),
+                  fmt::format("end_capture: the capture on a stream of emulated:{} was invalidated by {}; no graph was "
+                              "made (as cudaErrorStreamCaptureInvalidated)",
+                              device_, invalidated));
+  return ops;
+}
+
+bool worker_stream::capturing() {
+  std::lock_guard lock{mutex_};
+  return capturing_;
+}
+
+void worker_stream::invalidate_capture(const std::string& why) {
+  std::lock_guard lock{mutex_};
+  if (capturing_ && capture_invalidated_.empty()) capture_invalidated_ = why;
 }
 
 void worker_stream::synchronize() {
@@ -76,6 +140,7 @@ void worker_stream::run() {
     } catch (...) {
       failure = "an unknown exception";
     }
+    op = nullptr;  // before the completion is seen: what it held (a graph's host function) is released by then
     {
       std::lock_guard lock{mutex_};
       if (!failure.empty() && error_.empty()) error_ = std::move(failure);

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace syncmem::detail::emulated {
 
@@ -26,7 +27,24 @@ class worker_stream {
   worker_stream(const worker_stream&) = delete;
   worker_stream& operator=(const worker_stream&) = delete;
 
+  // Runs `op` in stream order; while the stream is captured, records it instead.
   void enqueue(std::function<void()> op);
+  // Enqueues `ops` in order as one submission (a graph launch), or records
+  // them while the stream is captured.
+  void enqueue_all(const std::vector<std::function<void()>>& ops);
+  // Enqueues `op` to run in stream order even while the stream is captured:
+  // for bookkeeping that must not become part of a graph.
+  void enqueue_uncaptured(std::function<void()> op);
+
+  // Stream capture: between begin_capture() and end_capture(), enqueue()
+  // records operations instead of running them. end_capture() returns them,
+  // or throws syncmem::logic_error when invalidate_capture() was called (the
+  // capture is over either way, as with cudaStreamEndCapture).
+  void begin_capture();
+  [[nodiscard]] std::vector<std::function<void()>> end_capture();
+  [[nodiscard]] bool capturing();
+  // Makes the open capture fail at end_capture() with `why`; the first reason wins.
+  void invalidate_capture(const std::string& why);
   // Waits for everything enqueued so far. Throws syncmem::logic_error if an
   // operation threw since the last synchronize().
   void synchronize();
@@ -49,6 +67,9 @@ class worker_stream {
   std::uint64_t completed_ = 0;
   bool stopping_ = false;
   std::string error_;
+  bool capturing_ = false;
+  std::vector<std::function<void()>> captured_;
+  std::string capture_invalidated_;
   std::thread thread_;
 };
 

@@ -1,0 +1,65 @@
+#pragma once
+
+// The captures begun by syncmem::begin_capture, by stream, each with the
+// graph_pool its allocations come from; and the state of a graph_pool. A
+// caching_resource asks it whether an allocation's stream is being captured
+// (see src/mr/caching/private_pools.hpp), cheaply when no capture is open.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "syncmem/graph_pool.hpp"
+#include "syncmem/stream.hpp"
+
+namespace syncmem::detail {
+
+// What a graph_pool holds from the device: shared with the resources' private
+// pools, which may outlive the graph_pool while one of their blocks is live.
+struct graph_pool_usage {
+  std::atomic<std::size_t> reserved{0};
+  std::atomic<std::size_t> allocated{0};
+};
+
+struct graph_pool_state {
+  explicit graph_pool_state(std::uint64_t pool_id) : id{pool_id} {}
+  ~graph_pool_state();
+  graph_pool_state(const graph_pool_state&) = delete;
+  graph_pool_state& operator=(const graph_pool_state&) = delete;
+
+  // Keeps `what` (a resource's private pool, a block freed during a capture)
+  // until the pool goes; released in the reverse order of holding.
+  void hold(std::shared_ptr<void> what);
+
+  const std::uint64_t id;
+  const std::shared_ptr<graph_pool_usage> usage = std::make_shared<graph_pool_usage>();
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<void>> held_;
+};
+
+struct graph_pool_access {
+  static const std::shared_ptr<graph_pool_state>& state(const graph_pool& p) noexcept { return p.state_; }
+  static graph_pool make(std::shared_ptr<graph_pool_state> s) noexcept { return graph_pool{std::move(s)}; }
+};
+
+// A capture open on a stream: its pool, and a number unique in the process.
+struct capture_info {
+  std::shared_ptr<graph_pool_state> pool;
+  std::uint64_t number = 0;
+};
+
+// Called by begin_capture after the backend began capturing `s`.
+void capture_began(stream_view s, std::shared_ptr<graph_pool_state> pool);
+// Called when the capture of `s` is over, however it ended; returns its pool.
+std::shared_ptr<graph_pool_state> capture_ended(stream_view s) noexcept;
+// The capture syncmem::begin_capture opened on `s`, if any.
+[[nodiscard]] std::optional<capture_info> capture_on(stream_view s);
+
+}  // namespace syncmem::detail

@@ -1,0 +1,95 @@
+#include "syncmem/graph.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "backend/backend.hpp"
+#include "core/capture_registry.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/stream.hpp"
+
+namespace syncmem {
+
+void begin_capture(stream_view s) { begin_capture(s, graph_pool{}); }
+
+void begin_capture(stream_view s, const graph_pool& pool) {
+  SYNCMEM_EXPECTS(!s.is_default(),
+                  fmt::format("begin_capture: the default stream of {} cannot be captured (CUDA cannot capture its "
+                              "legacy default stream): capture a syncmem::stream",
+                              to_string(s.device())));
+  device_guard guard{s.device()};
+  auto& backend = detail::backend_for(s.device());
+  SYNCMEM_EXPECTS(!backend.stream_capturing(s.device().index(), s.native_handle()),
+                  fmt::format("begin_capture: the stream of {} is already being captured", to_string(s.device())));
+  backend.begin_capture(s.device().index(), s.native_handle());
+  detail::capture_began(s, detail::graph_pool_access::state(pool));
+}
+
+graph end_capture(stream_view s) {
+  device_guard guard{s.device()};
+  auto& backend = detail::backend_for(s.device());
+  SYNCMEM_EXPECTS(backend.stream_capturing(s.device().index(), s.native_handle()),
+                  fmt::format("end_capture: the stream of {} is not being captured (begin_capture was not called on "
+                              "it, or its capture has ended)",
+                              to_string(s.device())));
+  // The capture is over even when ending it throws (invalidated); its pool
+  // then goes with what it reserved, unless other graphs or handles hold it.
+  auto pool = detail::capture_ended(s);
+  return graph{s.device(), backend.end_capture(s.device().index(), s.native_handle()), std::move(pool)};
+}
+
+bool is_capturing(stream_view s) {
+  device_guard guard{s.device()};
+  return detail::backend_for(s.device()).stream_capturing(s.device().index(), s.native_handle());
+}
+
+graph::~graph() { reset(); }
+
+graph::graph(graph&& other) noexcept
+    : device_{other.device_}, handle_{std::exchange(other.handle_, nullptr)}, pool_{std::move(other.pool_)} {}
+
+graph& graph::operator=(graph&& other) noexcept {
+  if (this != &other) {
+    reset();
+    device_ = other.device_;
+    handle_ = std::exchange(other.handle_, nullptr);
+    pool_ = std::move(other.pool_);
+  }
+  return *this;
+}
+
+graph_pool graph::pool() const {
+  SYNCMEM_EXPECTS(handle_ != nullptr && pool_ != nullptr,
+                  "graph::pool: the graph is empty (default-made or moved from)");
+  return detail::graph_pool_access::make(pool_);
+}
+
+void graph::launch(stream_view s) const {
+  SYNCMEM_EXPECTS(handle_ != nullptr, "graph::launch: the graph is empty (default-made or moved from)");
+  SYNCMEM_EXPECTS(s.device() == device_,
+                  fmt::format("graph::launch: a graph captured on {} cannot be launched on a stream of {}",
+                              to_string(device_), to_string(s.device())));
+  device_guard guard{device_};
+  auto& backend = detail::backend_for(device_);
+  // Not yet: CUDA's support for a launch inside a capture is not verified, and both kinds must agree.
+  SYNCMEM_EXPECTS(!backend.stream_capturing(device_.index(), s.native_handle()),
+                  fmt::format("graph::launch: the stream of {} is being captured; launching a graph inside a capture "
+                              "is not supported",
+                              to_string(device_)));
+  backend.launch_graph(device_.index(), handle_, s.native_handle());
+}
+
+void graph::reset() noexcept {
+  if (handle_ == nullptr) return;
+  try {
+    device_guard guard{device_};
+    detail::backend_for(device_).destroy_graph(device_.index(), handle_);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing to release
+  }
+  handle_ = nullptr;
+  pool_.reset();  // after the graph: its memory goes once no launch can use it (see private_pool)
+}
+
+}  // namespace syncmem

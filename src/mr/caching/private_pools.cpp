@@ -1,0 +1,193 @@
+#include "mr/caching/private_pools.hpp"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/backend.hpp"
+#include "core/capture_registry.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::mr::detail::caching {
+
+namespace {
+
+constexpr std::size_t block_rounding = 512;
+
+std::size_t rounded(std::size_t bytes) {
+  return (std::max<std::size_t>(bytes, 1) + block_rounding - 1) / block_rounding * block_rounding;
+}
+
+// An ordinary block freed on a capturing stream, held by the capture's
+// graph_pool: the graph may read or write it at every launch.
+struct held_block {
+  std::weak_ptr<private_pools> pools;
+  void* p;
+  std::size_t bytes;
+  ~held_block() {
+    if (auto alive = pools.lock()) alive->give_back(p, bytes);
+  }
+};
+
+}  // namespace
+
+// ---- private_pool ----------------------------------------------------------------------------------
+
+private_pool::private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
+                           std::string name)
+    : device_{device}, upstream_{upstream}, pool_id_{owner.id}, usage_{owner.usage}, name_{std::move(name)} {}
+
+private_pool::~private_pool() {
+  try {
+    device_guard guard{device_};
+    auto& backend = syncmem::detail::backend_for(device_);
+    // cudaFree waits for the device itself; an emulated free does not.
+    if (device_.kind() != device_kind::cuda) backend.synchronize_device(device_.index());
+    for (const auto& [p, b] : blocks_) {
+      if (upstream_ != nullptr) {
+        upstream_->deallocate(p, b.size, default_stream(device_));
+      } else {
+        backend.deallocate(device_.index(), p, b.size);
+      }
+      usage_->reserved.fetch_sub(b.size);
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone, and its memory with it
+  }
+}
+
+void* private_pool::allocate(std::size_t bytes, CUstream_st* s, std::uint64_t capture) {
+  const std::size_t size = rounded(bytes);
+  std::lock_guard lock{mutex_};
+  // The smallest reusable free block that wastes at most half of itself.
+  auto best = blocks_.end();
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+    const block& b = it->second;
+    if (!b.free || b.size < size || b.size > 2 * size) continue;
+    if (b.freed_in == capture && b.freed_on != s) continue;  // stream order does not prove it idle
+    if (best == blocks_.end() || b.size < best->second.size) best = it;
+  }
+  if (best != blocks_.end()) {
+    best->second.free = false;
+    best->second.allocated_in = capture;
+    usage_->allocated.fetch_add(best->second.size);
+    return best->first;
+  }
+  device_guard guard{device_};
+  void* p = nullptr;
+  if (upstream_ != nullptr) {
+    p = upstream_->allocate(size, default_stream(device_));
+  } else {
+    // The CUDA backend allocates in the relaxed capture mode: legal while this thread captures.
+    p = syncmem::detail::backend_for(device_).allocate(device_.index(), size);
+  }
+  if (p == nullptr) {
+    oom_info info;
+    info.requested = bytes;
+    info.device = device_;
+    info.resource = name_;
+    info.reserved = usage_->reserved.load();
+    info.in_use = usage_->allocated.load();
+    info.hint = fmt::format(
+        "the allocation was made during a capture, from graph_pool {}; graphs that are no longer "
+        "needed release their pools' memory when destroyed",
+        pool_id_);
+    throw out_of_memory{std::move(info)};
+  }
+  blocks_.emplace(p, block{size, false, capture, 0, nullptr});
+  usage_->reserved.fetch_add(size);
+  usage_->allocated.fetch_add(size);
+  return p;
+}
+
+void private_pool::deallocate(void* p, CUstream_st* s, std::uint64_t capture) noexcept {
+  std::lock_guard lock{mutex_};
+  const auto it = blocks_.find(p);
+  if (it == blocks_.end() || it->second.free) return;
+  it->second.free = true;
+  // Reusable at once by the capture that allocated it only where that capture
+  // freed it, on the stream that will allocate; by any later capture always.
+  it->second.freed_in = it->second.allocated_in;
+  it->second.freed_on = capture == it->second.allocated_in ? s : nullptr;
+  usage_->allocated.fetch_sub(it->second.size);
+}
+
+// ---- private_pools ---------------------------------------------------------------------------------
+
+private_pools::private_pools(device_id device, memory_resource* upstream, std::string name, release_fn release)
+    : device_{device}, upstream_{upstream}, name_{std::move(name)}, release_{std::move(release)} {}
+
+void* private_pools::allocate(std::size_t bytes, stream_view s) {
+  auto capture = syncmem::detail::capture_on(s);
+  if (!capture) return nullptr;
+  std::shared_ptr<private_pool> pool;
+  {
+    std::lock_guard lock{mutex_};
+    if (auto it = by_pool_.find(capture->pool->id); it != by_pool_.end()) pool = it->second.lock();
+    if (!pool) {
+      std::erase_if(by_pool_, [](const auto& entry) { return entry.second.expired(); });
+      pool = std::make_shared<private_pool>(device_, upstream_, *capture->pool, name_);
+      capture->pool->hold(pool);
+      by_pool_[capture->pool->id] = pool;
+    }
+  }
+  void* p = pool->allocate(bytes, s.native_handle(), capture->number);
+  try {
+    std::lock_guard lock{mutex_};
+    live_.emplace(p, pool);
+    live_count_.fetch_add(1);
+  } catch (...) {
+    pool->deallocate(p, s.native_handle(), capture->number);
+    throw;
+  }
+  return p;
+}
+
+bool private_pools::deallocate(void* p, std::size_t bytes, stream_view s) noexcept {
+  try {
+    if (live_count_.load() > 0) {
+      std::shared_ptr<private_pool> pool;
+      {
+        std::lock_guard lock{mutex_};
+        if (const auto it = live_.find(p); it != live_.end()) {
+          pool = std::move(it->second);
+          live_.erase(it);
+          live_count_.fetch_sub(1);
+        }
+      }
+      if (pool) {
+        const auto capture = syncmem::detail::capture_on(s);
+        pool->deallocate(p, s.native_handle(), capture ? capture->number : 0);
+        return true;  // the pool goes here if its graphs are gone
+      }
+    }
+    if (const auto capture = syncmem::detail::capture_on(s)) {
+      capture->pool->hold(std::make_shared<held_block>(weak_from_this(), p, bytes));
+      return true;
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to hold it: the cache takes it as usual
+  }
+  return false;
+}
+
+void private_pools::detach() noexcept {
+  std::lock_guard lock{mutex_};
+  release_ = nullptr;
+}
+
+void private_pools::give_back(void* p, std::size_t bytes) noexcept {
+  release_fn release;
+  {
+    std::lock_guard lock{mutex_};
+    release = release_;
+  }
+  if (!release) return;
+  try {
+    release(p, bytes);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): frees do not throw; nothing more to do
+  }
+}
+
+}  // namespace syncmem::mr::detail::caching

@@ -1,0 +1,120 @@
+#pragma once
+
+// The routing layer of a caching_resource for stream capture (see
+// include/syncmem/graph_pool.hpp and docs/graphs.md). While
+// syncmem::begin_capture captures a stream, an allocation on it comes from
+// the private pool that the resource keeps for the capture's graph_pool,
+// never from the cache: a graph reads and writes the addresses it captured at
+// every launch, so its memory must stay out of everyone else's hands while
+// the graph lives. A private pool holds whole segments of the device, one
+// block each (never split), and reuses a free block only where stream order
+// proves it safe:
+// - a block freed in the same capture, on the stream now allocating (a
+//   captured stream's work runs in the order it was captured, at every launch);
+// - a block freed outside the capture now open (in an earlier capture into
+//   the same graph_pool, or after it), since graphs sharing a pool are
+//   launched in the order they were captured and never at once.
+// Its segments go back to the device when the graph_pool goes (every graph
+// captured into it and every handle) and no block of it is live.
+//
+// A block of the ordinary cache freed on a capturing stream may still be
+// used by the graph at every launch: it is held by the capture's graph_pool
+// and given back to the cache when the pool goes.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backend/backend.hpp"
+#include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/stream.hpp"
+
+namespace syncmem::detail {
+struct graph_pool_state;
+struct graph_pool_usage;
+}  // namespace syncmem::detail
+
+namespace syncmem::mr::detail::caching {
+
+// One resource's memory in one graph_pool.
+class private_pool {
+ public:
+  private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
+               std::string name);
+  // Gives every segment back, after the device's work is done (no launch of
+  // a graph may still be using them). Every block is free by then.
+  ~private_pool();
+  private_pool(const private_pool&) = delete;
+  private_pool& operator=(const private_pool&) = delete;
+
+  // A block of at least `bytes` for capture number `capture` on stream `s`.
+  // @throws syncmem::out_of_memory naming the capture when the device has no room
+  [[nodiscard]] void* allocate(std::size_t bytes, CUstream_st* s, std::uint64_t capture);
+  // `p`, a block of this pool, is free: freed on `s`, during capture number
+  // `capture` (0: outside any capture). While the capture that allocated it
+  // is open, it is reused only when that capture freed it, and only on `s`.
+  void deallocate(void* p, CUstream_st* s, std::uint64_t capture) noexcept;
+
+ private:
+  struct block {
+    std::size_t size = 0;
+    bool free = false;
+    std::uint64_t allocated_in = 0;   // the capture it was last handed to
+    std::uint64_t freed_in = 0;       // allocated_in when it was freed
+    CUstream_st* freed_on = nullptr;  // the stream that freed it in that capture, or null
+  };
+
+  device_id device_;
+  memory_resource* upstream_;
+  std::uint64_t pool_id_;                                     // the graph_pool's, for messages
+  std::shared_ptr<syncmem::detail::graph_pool_usage> usage_;  // the graph_pool's counts
+  std::string name_;
+  std::mutex mutex_;
+  std::map<void*, block> blocks_;  // every segment, by address
+};
+
+class private_pools : public std::enable_shared_from_this<private_pools> {
+ public:
+  // Gives an ordinary block back to the cache, once its graphs are gone.
+  using release_fn = std::function<void(void* p, std::size_t bytes)>;
+
+  private_pools(device_id device, memory_resource* upstream, std::string name, release_fn release);
+  private_pools(const private_pools&) = delete;
+  private_pools& operator=(const private_pools&) = delete;
+
+  // A block from the private pool of the capture open on `s`; nullptr when
+  // syncmem::begin_capture is not capturing `s`.
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_view s);
+  // Takes `p` when it is a block of a private pool, or an ordinary block freed
+  // on a capturing stream (held until the capture's graphs are gone); false
+  // when the cache should take it as usual.
+  [[nodiscard]] bool deallocate(void* p, std::size_t bytes, stream_view s) noexcept;
+  // Whether deallocate may take a block now: a capture is open, or a block of
+  // a private pool is live (the test for the hot path).
+  [[nodiscard]] bool may_take() const noexcept {
+    return syncmem::detail::captures_open() || live_count_.load(std::memory_order_acquire) > 0;
+  }
+  // The resource is going: ordinary blocks held by graphs are no longer given back.
+  void detach() noexcept;
+
+  // Gives back an ordinary block that a graph_pool held (see deallocate).
+  void give_back(void* p, std::size_t bytes) noexcept;
+
+ private:
+  device_id device_;
+  memory_resource* upstream_;
+  std::string name_;
+  std::mutex mutex_;
+  release_fn release_;                                                      // under mutex_; empty once detached
+  std::unordered_map<std::uint64_t, std::weak_ptr<private_pool>> by_pool_;  // by graph_pool id
+  std::unordered_map<void*, std::shared_ptr<private_pool>> live_;           // blocks handed out, each keeping its pool
+  std::atomic<std::size_t> live_count_{0};                                  // live_.size(), read without the lock
+};
+
+}  // namespace syncmem::mr::detail::caching

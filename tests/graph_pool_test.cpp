@@ -1,0 +1,400 @@
+// ctest-labels: threaded
+// Allocation inside stream capture: a caching_resource serves a capturing
+// stream from the capture's private pool (graph_pool), reuses a block freed in
+// the capture only where stream order proves it safe, keeps the pool's memory
+// out of ordinary allocations while a graph lives and gives it all back after;
+// graphs captured into one pool share it; a block of the cache freed inside a
+// capture is held until the graph goes. Each step is replayed on fresh random
+// inputs with every output byte checked, on both kinds of device.
+#include "syncmem/graph_pool.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "counting_resource.hpp"
+#include "device_ops.hpp"
+#include "syncmem/copy.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/event.hpp"
+#include "syncmem/graph.hpp"
+#include "syncmem/mr/caching_resource.hpp"
+#include "syncmem/stream.hpp"
+#include "test_support.hpp"
+
+namespace syncmem::test {
+namespace {
+
+using bytes_t = std::vector<std::uint8_t>;
+
+// Pinned host memory of a device's backend; the streams that use it must be
+// idle when the host reads or writes it.
+class pinned {
+ public:
+  pinned(device_id d, std::size_t size) : device_{d}, size_{size} {
+    device_guard guard{d};
+    p_ = static_cast<std::uint8_t*>(detail::backend_for(d).allocate_pinned(size, 0));
+  }
+  ~pinned() {
+    device_guard guard{device_};
+    synchronize_device(device_);
+    detail::backend_for(device_).deallocate_pinned(p_, size_);
+  }
+  pinned(const pinned&) = delete;
+  pinned& operator=(const pinned&) = delete;
+
+  [[nodiscard]] std::uint8_t* data() const { return p_; }
+  void write(const bytes_t& b) const { std::memcpy(p_, b.data(), b.size()); }
+  [[nodiscard]] bytes_t read() const { return {p_, p_ + size_}; }
+
+ private:
+  device_id device_;
+  std::size_t size_;
+  std::uint8_t* p_ = nullptr;
+};
+
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  const auto* x = static_cast<const std::uint8_t*>(a);
+  const auto* y = static_cast<const std::uint8_t*>(b);
+  return x < y + bn && y < x + an;
+}
+
+template <class Kind>
+class GraphPools : public device_test<Kind> {};
+TYPED_TEST_SUITE(GraphPools, device_kinds, device_kind_names);
+
+// A step that allocates, frees, copies host<->device through the engine and
+// runs a kernel (a host function on emulated devices): its blocks come from
+// the capture's pool, a block freed in the capture is reused on the same
+// stream, ordinary allocations never land in the pool while the graph lives,
+// and after the graph every byte goes back to the upstream.
+TYPED_TEST(GraphPools, ACapturedStepAllocatesFromItsPoolAndReplaysOnFreshInputs) {
+  scoped_emulated_delay delay{std::chrono::microseconds{20}};
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
+  stream s{this->dev()};
+  const std::size_t n = 100'003;
+  pinned input{this->dev(), n}, output{this->dev(), n};
+  const auto delta = static_cast<std::uint8_t>(rng()() | 1u);
+  std::optional<graph_pool> pool{std::in_place};
+
+  begin_capture(s, *pool);
+  void* first = resource->allocate(n, s);
+  (void)copy_async(first, input.data(), n, s);
+  void* second = resource->allocate(n, s);
+  (void)copy_async(second, first, n, s);
+  resource->deallocate(first, n, s);
+  void* third = resource->allocate(n, s);  // freed in this capture on this stream: reused
+  device_add_bytes(s, second, n, delta);
+  (void)copy_async(third, second, n, s);
+  (void)copy_async(output.data(), third, n, s);
+  resource->deallocate(second, n, s);
+  resource->deallocate(third, n, s);
+  std::optional<graph> step{end_capture(s)};
+  EXPECT_EQ(third, first) << "a block freed in the capture on the allocating stream is reusable";
+  EXPECT_NE(second, first);
+  EXPECT_TRUE(step->pool() == *pool);
+  EXPECT_GE(pool->reserved_bytes(), 2 * n);
+  EXPECT_EQ(pool->allocated_bytes(), 0u);
+
+  // Ordinary allocations meanwhile, of every size around the captured ones.
+  std::vector<std::pair<void*, std::size_t>> ordinary;
+  for (std::size_t size : {n, n / 2, n + 1, std::size_t{512}, 2 * n, std::size_t{1} << 20}) {
+    for (int i = 0; i < 3; ++i) ordinary.emplace_back(resource->allocate(size, s), size);
+  }
+  for (const auto& [p, size] : ordinary) {
+    EXPECT_FALSE(overlaps(p, size, first, n)) << "an ordinary allocation reuses the graph's memory";
+    EXPECT_FALSE(overlaps(p, size, second, n)) << "an ordinary allocation reuses the graph's memory";
+  }
+  for (const auto& [p, size] : ordinary) resource->deallocate(p, size, s);
+
+  for (int round = 0; round < 20; ++round) {
+    const bytes_t source = random_bytes(n);
+    input.write(source);
+    step->launch(s);
+    s.synchronize();
+    const bytes_t out = output.read();
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], static_cast<std::uint8_t>(source[i] + delta)) << "launch " << round << ", byte " << i;
+    }
+  }
+
+  const std::size_t reserved = pool->reserved_bytes();
+  step.reset();
+  EXPECT_EQ(pool->reserved_bytes(), reserved) << "the handle keeps the pool";
+  pool.reset();
+  resource->empty_cache();
+  EXPECT_EQ(upstream.live.load(), 0) << "the pool's segments must go back once its graphs and handles are gone";
+  resource.reset();
+  EXPECT_EQ(upstream.live.load(), 0);
+}
+
+// In the capture that allocated it, a block freed on another stream (one that
+// is not captured) is not reused: stream order does not prove the graph done
+// with it. Once that capture is over, a later one into the pool may reuse it.
+TYPED_TEST(GraphPools, AFreeOnAnotherStreamIsNotReusedByTheSameCapture) {
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, other{this->dev()};
+  const std::size_t n = 65'536;
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* a = resource.allocate(n, s);
+  resource.deallocate(a, n, other);
+  void* b = resource.allocate(n, s);
+  EXPECT_NE(b, a);
+  resource.deallocate(b, n, s);
+  graph g1 = end_capture(s);
+  begin_capture(s, pool);
+  void* c = resource.allocate(n, s);
+  EXPECT_TRUE(c == a || c == b) << "a later capture into the pool reuses what the earlier one freed";
+  resource.deallocate(c, n, s);
+  graph g2 = end_capture(s);
+  begin_capture(s);  // a pool of its own
+  void* d = resource.allocate(n, s);
+  EXPECT_NE(d, a);
+  EXPECT_NE(d, b);
+  resource.deallocate(d, n, s);
+  graph g3 = end_capture(s);
+  EXPECT_FALSE(g3.pool() == pool);
+}
+
+// Two graphs captured into one pool, the second reusing the first's freed
+// block, launched in capture order on fresh inputs: both outputs right.
+TYPED_TEST(GraphPools, GraphsSharingAPoolRunInCaptureOrder) {
+  scoped_emulated_delay delay{std::chrono::microseconds{20}};
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()};
+  const std::size_t n = 40'961;
+  pinned in1{this->dev(), n}, out1{this->dev(), n}, in2{this->dev(), n}, out2{this->dev(), n};
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* a = resource.allocate(n, s);
+  (void)copy_async(a, in1.data(), n, s);
+  device_add_bytes(s, a, n, 1);
+  (void)copy_async(out1.data(), a, n, s);
+  resource.deallocate(a, n, s);
+  graph g1 = end_capture(s);
+  begin_capture(s, g1.pool());
+  void* b = resource.allocate(n, s);
+  (void)copy_async(b, in2.data(), n, s);
+  device_add_bytes(s, b, n, 2);
+  (void)copy_async(out2.data(), b, n, s);
+  resource.deallocate(b, n, s);
+  graph g2 = end_capture(s);
+  EXPECT_EQ(b, a) << "the second capture reuses the block the first freed";
+  for (int round = 0; round < 10; ++round) {
+    const bytes_t x = random_bytes(n), y = random_bytes(n);
+    in1.write(x);
+    in2.write(y);
+    g1.launch(s);
+    g2.launch(s);
+    s.synchronize();
+    const bytes_t o1 = out1.read(), o2 = out2.read();
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(o1[i], static_cast<std::uint8_t>(x[i] + 1)) << "round " << round << ", byte " << i;
+      ASSERT_EQ(o2[i], static_cast<std::uint8_t>(y[i] + 2)) << "round " << round << ", byte " << i;
+    }
+  }
+}
+
+// A block of the ordinary cache, freed on the capturing stream, is read by
+// the graph at every launch: it is not handed out again while the graph
+// lives, and goes back to the cache after.
+TYPED_TEST(GraphPools, ABlockOfTheCacheFreedInACaptureIsHeldUntilTheGraphGoes) {
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
+  stream s{this->dev()};
+  const std::size_t n = 32'768;
+  pinned input{this->dev(), n}, output{this->dev(), n};
+  const bytes_t contents = random_bytes(n);
+  input.write(contents);
+  void* x = resource->allocate(n, s);
+  copy(x, input.data(), n, s);
+  begin_capture(s);
+  (void)copy_async(output.data(), x, n, s);
+  resource->deallocate(x, n, s);
+  std::optional<graph> g{end_capture(s)};
+  std::vector<void*> ordinary;
+  for (int i = 0; i < 8; ++i) ordinary.push_back(resource->allocate(n, s));
+  for (void* p : ordinary) EXPECT_FALSE(overlaps(p, n, x, n)) << "a block the graph reads was handed out again";
+  for (void* p : ordinary) resource->deallocate(p, n, s);
+  for (int round = 0; round < 3; ++round) {
+    output.write(random_bytes(n));
+    g->launch(s);
+    s.synchronize();
+    ASSERT_EQ(output.read(), contents) << "launch " << round;
+  }
+  g.reset();
+  resource->empty_cache();
+  EXPECT_EQ(upstream.live.load(), 0) << "the held block must go back to the cache, and from there to the device";
+  resource.reset();
+}
+
+// Random interleavings of captures (into fresh or shared pools), replays,
+// ordinary allocations and graph destruction: every replay's output right,
+// no ordinary allocation inside a live graph's blocks, nothing left after.
+TYPED_TEST(GraphPools, RandomInterleavingsOfCapturesReplaysAndOrdinaryWork) {
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
+  stream s{this->dev()};
+  auto& r = rng();
+  struct captured {
+    graph g;
+    std::unique_ptr<pinned> in, out;
+    std::size_t n;
+    std::uint8_t delta;
+    std::vector<std::pair<void*, std::size_t>> blocks;  // what the graph uses
+  };
+  std::vector<captured> graphs;
+  std::vector<std::pair<void*, std::size_t>> ordinary;
+  std::optional<graph_pool> shared{std::in_place};
+  auto size_of = [&] { return std::size_t{512} + r() % 200'000; };
+  for (int step = 0; step < 60; ++step) {
+    const auto action = r() % 5;
+    if (action == 0 || graphs.empty()) {
+      captured c;
+      c.n = size_of();
+      c.delta = static_cast<std::uint8_t>(r());
+      c.in = std::make_unique<pinned>(this->dev(), c.n);
+      c.out = std::make_unique<pinned>(this->dev(), c.n);
+      if (r() % 2 == 0) {
+        begin_capture(s, *shared);
+      } else {
+        begin_capture(s);
+      }
+      void* a = resource->allocate(c.n, s);
+      (void)copy_async(a, c.in->data(), c.n, s);
+      device_add_bytes(s, a, c.n, c.delta);
+      void* b = resource->allocate(c.n, s);
+      (void)copy_async(b, a, c.n, s);
+      resource->deallocate(a, c.n, s);
+      (void)copy_async(c.out->data(), b, c.n, s);
+      resource->deallocate(b, c.n, s);
+      c.g = end_capture(s);
+      c.blocks = {{a, c.n}, {b, c.n}};
+      graphs.push_back(std::move(c));
+    } else if (action == 1) {
+      // Graphs sharing a pool run in capture order: launch them all, in order.
+      std::vector<bytes_t> inputs;
+      for (auto& c : graphs) {
+        inputs.push_back(random_bytes(c.n));
+        c.in->write(inputs.back());
+      }
+      for (auto& c : graphs) c.g.launch(s);
+      s.synchronize();
+      for (std::size_t k = 0; k < graphs.size(); ++k) {
+        const bytes_t out = graphs[k].out->read();
+        for (std::size_t i = 0; i < graphs[k].n; ++i) {
+          ASSERT_EQ(out[i], static_cast<std::uint8_t>(inputs[k][i] + graphs[k].delta))
+              << "step " << step << ", graph " << k << ", byte " << i;
+        }
+      }
+    } else if (action == 2) {
+      const std::size_t size = size_of();
+      void* p = resource->allocate(size, s);
+      for (const auto& c : graphs) {
+        for (const auto& [q, qn] : c.blocks) {
+          ASSERT_FALSE(overlaps(p, size, q, qn)) << "step " << step << ": an ordinary block inside a graph's block";
+        }
+      }
+      ordinary.emplace_back(p, size);
+    } else if (action == 3 && !ordinary.empty()) {
+      const auto k = r() % ordinary.size();
+      resource->deallocate(ordinary[k].first, ordinary[k].second, s);
+      ordinary.erase(ordinary.begin() + static_cast<std::ptrdiff_t>(k));
+    } else if (action == 4 && graphs.size() > 1) {
+      graphs.erase(graphs.begin() + static_cast<std::ptrdiff_t>(r() % graphs.size()));
+    }
+  }
+  s.synchronize();
+  for (const auto& [p, size] : ordinary) resource->deallocate(p, size, s);
+  graphs.clear();
+  shared.reset();
+  resource->empty_cache();
+  EXPECT_EQ(upstream.live.load(), 0) << "graphs and pools gone: every segment back";
+  resource.reset();
+}
+
+// While a stream is captured, the resource serves other streams from its
+// cache as usual, growing it where needed (on CUDA, without failing the
+// capture open on this thread), and what they get works in the graph too.
+TYPED_TEST(GraphPools, OtherStreamsAreServedAsUsualDuringACapture) {
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, other{this->dev()};
+  const std::size_t n = 4111;
+  pinned input{this->dev(), n}, output{this->dev(), n};
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* elsewhere = resource.allocate(n, other);
+  ASSERT_NE(elsewhere, nullptr);
+  EXPECT_EQ(pool.reserved_bytes(), 0u) << "an allocation on a stream that is not captured came from the pool";
+  (void)copy_async(elsewhere, input.data(), n, s);
+  (void)copy_async(output.data(), elsewhere, n, s);
+  graph step = end_capture(s);
+  for (int round = 0; round < 3; ++round) {
+    const bytes_t source = random_bytes(n);
+    input.write(source);
+    step.launch(s);
+    s.synchronize();
+    ASSERT_EQ(output.read(), source) << "launch " << round;
+  }
+  step = graph{};
+  resource.deallocate(elsewhere, n, other);
+  EXPECT_EQ(pool.reserved_bytes(), 0u);
+}
+
+// On CUDA a capture forks to a second stream through an event: allocations on
+// the forked stream come from the capture's pool too, and kernels on both
+// streams replay in the captured order.
+TYPED_TEST(GraphPools, AForkedStreamAllocatesFromTheCapturesPool) {
+  if (!this->is_cuda()) GTEST_SKIP() << "emulated devices cannot record events into a capture yet";
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, side{this->dev()};
+  const std::size_t n = 77'777;
+  pinned input{this->dev(), n}, out_main{this->dev(), n}, out_side{this->dev(), n};
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* a = resource.allocate(n, s);
+  (void)copy_async(a, input.data(), n, s);
+  event forked{this->dev()};
+  forked.record(s);
+  side.wait(forked);
+  EXPECT_TRUE(is_capturing(side));
+  const std::size_t before = pool.reserved_bytes();
+  void* b = resource.allocate(n, side);
+  EXPECT_GT(pool.reserved_bytes(), before) << "the forked stream's allocation comes from the capture's pool";
+  (void)copy_async(b, a, n, side);  // both streams only read `a` until they join
+  device_add_bytes(side, b, n, 3);
+  void* c = resource.allocate(n, s);
+  (void)copy_async(c, a, n, s);
+  device_add_bytes(s, c, n, 5);
+  (void)copy_async(out_side.data(), b, n, side);
+  event joined{this->dev()};
+  joined.record(side);
+  s.wait(joined);
+  (void)copy_async(out_main.data(), c, n, s);
+  resource.deallocate(b, n, s);
+  resource.deallocate(c, n, s);
+  resource.deallocate(a, n, s);
+  graph g = end_capture(s);
+  for (int round = 0; round < 10; ++round) {
+    const bytes_t x = random_bytes(n);
+    input.write(x);
+    g.launch(s);
+    s.synchronize();
+    const bytes_t m = out_main.read(), d = out_side.read();
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(m[i], static_cast<std::uint8_t>(x[i] + 5)) << "round " << round << ", byte " << i;
+      ASSERT_EQ(d[i], static_cast<std::uint8_t>(x[i] + 3)) << "round " << round << ", byte " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace syncmem::test

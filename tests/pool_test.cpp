@@ -1,0 +1,103 @@
+// mr::pool: a pool of its own, whose statistics and snapshot count only what
+// was allocated from it, that can be emptied, never splits when asked, and
+// keeps to its limit; on both kinds of device.
+#include "syncmem/mr/pool.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "device_ops.hpp"
+#include "pattern.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/mr/per_device_resource.hpp"
+#include "syncmem/stream.hpp"
+#include "test_support.hpp"
+
+namespace syncmem::test {
+namespace {
+
+template <class Kind>
+class Pools : public device_test<Kind> {};
+TYPED_TEST_SUITE(Pools, device_kinds, device_kind_names);
+
+bool in_snapshot(const mr::allocator_snapshot& s, const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  for (const auto& seg : s.segments) {
+    if (a >= seg.address && a < seg.address + seg.size) return true;
+  }
+  return false;
+}
+
+TYPED_TEST(Pools, StatisticsAndSnapshotAreItsOwn) {
+  mr::pool p{this->dev()};
+  stream s{this->dev()};
+  auto* ordinary = dynamic_cast<mr::caching_resource*>(&mr::get_per_device_resource(this->dev()));
+  ASSERT_NE(ordinary, nullptr) << "the default resource is a caching_resource";
+  const auto before = ordinary->statistics();
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  std::size_t total = 0;
+  for (int i = 0; i < 5; ++i) {
+    const std::size_t n = 4096 + rng()() % (std::size_t{3} << 20);
+    blocks.emplace_back(p.resource().allocate(n, s), n);
+    total += n;
+  }
+  // The memory is usable: a pattern written and read back in stream order.
+  device_fill_pattern(s, blocks[0].first, blocks[0].second, 7);
+  const auto back = read_device(s, blocks[0].first, blocks[0].second);
+  for (std::size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], pattern_byte(7, i)) << "byte " << i;
+
+  const auto stats = p.statistics();
+  EXPECT_EQ(stats.live_allocations, 5u);
+  EXPECT_EQ(stats.requested_bytes, total);
+  EXPECT_EQ(ordinary->statistics().live_allocations, before.live_allocations);
+  EXPECT_EQ(ordinary->statistics().allocations, before.allocations);
+  const auto mine = p.snapshot();
+  const auto theirs = ordinary->snapshot();
+  for (const auto& [q, n] : blocks) {
+    EXPECT_TRUE(in_snapshot(mine, q));
+    EXPECT_FALSE(in_snapshot(theirs, q));
+  }
+  for (const auto& [q, n] : blocks) p.resource().deallocate(q, n, s);
+  EXPECT_EQ(p.statistics().live_allocations, 0u);
+  EXPECT_GT(p.statistics().reserved_bytes, 0u);
+  p.empty_cache();
+  EXPECT_EQ(p.statistics().reserved_bytes, 0u) << "an emptied pool holds nothing";
+  EXPECT_TRUE(p.snapshot().segments.empty());
+}
+
+// A large free block is cut for a smaller request in an ordinary pool, never
+// in a pool that never splits.
+TYPED_TEST(Pools, NeverSplitKeepsLargeBlocksWhole) {
+  stream s{this->dev()};
+  const std::size_t big = std::size_t{48} << 20, small = std::size_t{6} << 20;
+  for (const bool never : {false, true}) {
+    mr::pool p{this->dev(), {.never_split = never}};
+    void* a = p.resource().allocate(big, s);
+    p.resource().deallocate(a, big, s);
+    void* b = p.resource().allocate(small, s);
+    const auto stats = p.statistics();
+    if (never) {
+      EXPECT_EQ(stats.splits, 0u);
+      EXPECT_NE(b, a) << "a large block was cut for a small request";
+      EXPECT_EQ(stats.segments, 2u);
+    } else {
+      EXPECT_GT(stats.splits, 0u);
+      EXPECT_EQ(b, a);
+    }
+    p.resource().deallocate(b, small, s);
+  }
+}
+
+TYPED_TEST(Pools, KeepsToItsLimit) {
+  stream s{this->dev()};
+  mr::pool p{this->dev(), {.limit = std::size_t{8} << 20}};
+  void* a = p.resource().allocate(std::size_t{4} << 20, s);
+  EXPECT_THROW((void)p.resource().allocate(std::size_t{16} << 20, s), out_of_memory);
+  p.resource().deallocate(a, std::size_t{4} << 20, s);
+}
+
+}  // namespace
+}  // namespace syncmem::test
