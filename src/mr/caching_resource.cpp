@@ -54,6 +54,15 @@ caching_statistics caching_resource::statistics() const { return state_->statist
 void caching_resource::reset_peaks() { state_->reset_peaks(); }
 allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }
 
+void caching_resource::add_segment_observer(std::shared_ptr<segment_observer> observer) {
+  SYNCMEM_EXPECTS(observer != nullptr, fmt::format("{}: add_segment_observer with a null observer", name()));
+  state_->add_segment_observer(std::move(observer));
+}
+
+bool caching_resource::remove_segment_observer(const segment_observer* observer) noexcept {
+  return state_->remove_segment_observer(observer);
+}
+
 void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
   return state_->allocate(bytes, stream);
 }
