@@ -44,6 +44,8 @@ class recording_observer final : public mr::segment_observer {
     }
     ++released_;
   }
+  void resource_destroyed() noexcept override { destroyed_ = true; }
+  [[nodiscard]] bool destroyed() const { return destroyed_; }
   [[nodiscard]] std::map<std::uintptr_t, std::size_t> live() const {
     std::lock_guard lock{mutex_};
     return live_;
@@ -71,6 +73,7 @@ class recording_observer final : public mr::segment_observer {
   std::vector<std::string> problems_;
   int added_ = 0;
   int released_ = 0;
+  bool destroyed_ = false;
 };
 
 template <class Kind>
@@ -104,7 +107,9 @@ TYPED_TEST(segment_observers_test, SeesEverySegmentComeAndGoWhileItIsStillValid)
     void* again = resource.allocate(3 * MiB, s);  // from the cached segment: nothing new
     EXPECT_EQ(observer->live().size(), 1U);
     resource.deallocate(again, 3 * MiB, s);
+    EXPECT_FALSE(observer->destroyed());
   }  // the destructor releases the last one, telling the observer first
+  EXPECT_TRUE(observer->destroyed());
   EXPECT_TRUE(observer->live().empty());
   EXPECT_EQ(observer->added(), observer->released());
   EXPECT_THAT(observer->problems(), ::testing::IsEmpty());

@@ -30,6 +30,7 @@ caching_resource::caching_resource(device_id device, caching_options options, me
 }
 
 caching_resource::~caching_resource() {
+  state_->detach_segment_observers();  // the state may outlive this object, its observers may not
   state_->shutdown();
   state_.reset();  // the state goes once no exiting thread holds it either
 }

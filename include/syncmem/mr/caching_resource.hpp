@@ -152,7 +152,8 @@ class caching_resource final : public memory_resource {
 
   /// @brief Tells `observer` of every ordinary segment held now, then of each
   /// segment obtained and (before it is given back) released from now on, until
-  /// it is removed or the resource is destroyed (see segment_observer).
+  /// it is removed or the resource is destroyed (then each segment is reported
+  /// released and the observer is told, see segment_observer).
   /// @throws syncmem::logic_error for a null observer
   void add_segment_observer(std::shared_ptr<segment_observer> observer);
   /// @brief Stops telling `observer`; returns whether it was added.

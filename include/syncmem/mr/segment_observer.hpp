@@ -29,6 +29,10 @@ class segment_observer {
   /// @brief `[base, base + bytes)` is about to be given back: every block of
   /// it is free, or the resource is being destroyed. The memory is still valid.
   virtual void segment_releasing(void* base, std::size_t bytes) noexcept = 0;
+  /// @brief The resource is being destroyed: segment_releasing was called for
+  /// each segment it holds, and nothing more will be called (the observer
+  /// must not call remove_segment_observer on it any more).
+  virtual void resource_destroyed() noexcept {}
 };
 
 }  // namespace syncmem::mr

@@ -483,4 +483,9 @@ bool caching_state::remove_segment_observer(const segment_observer* observer) no
   return segments_.stop_observing(observer);
 }
 
+void caching_state::detach_segment_observers() noexcept {
+  std::lock_guard lock{mutex_};
+  segments_.detach_observers();
+}
+
 }  // namespace syncmem::mr::detail

@@ -128,4 +128,9 @@ void device_segments::observe(std::shared_ptr<segment_observer> observer) {
   for (const auto& [base, seg] : segments_) observer->segment_added(reinterpret_cast<void*>(base), seg->size);
 }
 
+void device_segments::detach_observers() noexcept {
+  for (const auto& [base, seg] : segments_) observers_.releasing(base, seg->size);
+  observers_.destroyed();
+}
+
 }  // namespace syncmem::mr::detail::caching

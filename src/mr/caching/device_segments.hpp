@@ -45,6 +45,8 @@ class device_segments {
   // Adds an observer and tells it of every segment held now; removes one.
   void observe(std::shared_ptr<segment_observer> observer);
   bool stop_observing(const segment_observer* observer) noexcept { return observers_.remove(observer); }
+  // The resource goes: each segment is reported released, then the observers are let go.
+  void detach_observers() noexcept;
 
  private:
   [[nodiscard]] void* take(std::size_t size, stream_view s);

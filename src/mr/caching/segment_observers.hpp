@@ -20,6 +20,8 @@ class segment_observers {
   bool remove(const segment_observer* observer) noexcept;
   void added(std::uintptr_t base, std::size_t bytes) const noexcept;
   void releasing(std::uintptr_t base, std::size_t bytes) const noexcept;
+  // Tells each observer that the resource goes, and forgets them.
+  void destroyed() noexcept;
 
  private:
   std::vector<std::shared_ptr<segment_observer>> observers_;
