@@ -33,7 +33,8 @@ namespace syncmem::nccl {
 
 namespace detail {
 class comm_backend;
-}
+struct call;
+}  // namespace detail
 
 /// @brief The reductions of all_reduce and reduce_scatter (ncclRedOp_t).
 /// `avg` is defined for floating-point dtypes only.
@@ -185,6 +186,7 @@ class communicator {
   struct state;
   explicit communicator(std::unique_ptr<state> s) noexcept;
   [[nodiscard]] state& checked(const char* call) const;
+  void submit(const detail::call& c, stream_view s, bool pointers_known);
 
   std::unique_ptr<state> state_;
 };

@@ -428,73 +428,88 @@ void check_tensor_overlap(const communicator& c, const char* name, const tensor&
 
 // ==== raw device memory ===========================================================
 
+// The checks every form shares, then the call. Buffers and tensors know their
+// memory already: only raw pointers are looked up (pointer_known false).
+void communicator::submit(const detail::call& c, stream_view s, bool pointers_known) {
+  auto& st = checked(detail::to_string(c.kind));
+  const char* name = detail::to_string(c.kind);
+  check_stream(*this, name, s);
+  const auto n = static_cast<std::size_t>(st.size);
+  const std::size_t bytes = checked_bytes(*this, name, c.count, c.type);
+  auto pointer = [&](const char* arg, const void* p, std::size_t size) {
+    if (!pointers_known) check_pointer(*this, name, arg, p, size);
+  };
+  detail::call out = c;
+  switch (c.kind) {
+    case collective::all_reduce:
+      check_reduction(*this, name, c.type, c.op);
+      pointer("send", c.send, bytes);
+      pointer("recv", c.recv, bytes);
+      check_overlap(*this, name, c.send, bytes, c.recv, bytes, 0, "send == recv");
+      break;
+    case collective::broadcast:
+      check_rank(*this, name, "root", c.peer, true);
+      if (st.rank == c.peer) {
+        pointer("send", c.send, bytes);
+        check_overlap(*this, name, c.send, bytes, c.recv, bytes, 0, "send == recv");
+      } else if (c.send == nullptr) {
+        out.send = c.recv;  // read on the root only
+      }
+      pointer("recv", c.recv, bytes);
+      break;
+    case collective::all_gather: {
+      const std::size_t total = checked_bytes(*this, name, c.count, c.type, n);
+      pointer("send", c.send, bytes);
+      pointer("recv", c.recv, total);
+      check_overlap(*this, name, c.recv, total, c.send, bytes, bytes * static_cast<std::size_t>(st.rank),
+                    "send == recv + rank() * send_count elements");
+      break;
+    }
+    case collective::reduce_scatter: {
+      check_reduction(*this, name, c.type, c.op);
+      const std::size_t total = checked_bytes(*this, name, c.count, c.type, n);
+      pointer("send", c.send, total);
+      pointer("recv", c.recv, bytes);
+      check_overlap(*this, name, c.send, total, c.recv, bytes, bytes * static_cast<std::size_t>(st.rank),
+                    "recv == send + rank() * recv_count elements");
+      break;
+    }
+    case collective::send:
+      check_rank(*this, name, "peer", c.peer, false);
+      pointer("buffer", c.send, bytes);
+      break;
+    case collective::recv:
+      check_rank(*this, name, "peer", c.peer, false);
+      pointer("buffer", c.recv, bytes);
+      break;
+  }
+  st.backend->enqueue(out, s);
+}
+
 void communicator::all_reduce(const void* send, void* recv, std::size_t count, dtype type, reduce_op op,
                               stream_view s) {
-  auto& st = checked("all_reduce");
-  check_stream(*this, "all_reduce", s);
-  check_reduction(*this, "all_reduce", type, op);
-  const std::size_t bytes = checked_bytes(*this, "all_reduce", count, type);
-  check_pointer(*this, "all_reduce", "send", send, bytes);
-  check_pointer(*this, "all_reduce", "recv", recv, bytes);
-  check_overlap(*this, "all_reduce", send, bytes, recv, bytes, 0, "send == recv");
-  st.backend->enqueue({collective::all_reduce, send, recv, count, type, op, 0}, s);
+  submit({collective::all_reduce, send, recv, count, type, op, 0}, s, false);
 }
 
 void communicator::broadcast(const void* send, void* recv, std::size_t count, dtype type, int root, stream_view s) {
-  auto& st = checked("broadcast");
-  check_stream(*this, "broadcast", s);
-  check_rank(*this, "broadcast", "root", root, true);
-  const std::size_t bytes = checked_bytes(*this, "broadcast", count, type);
-  if (st.rank == root) {
-    check_pointer(*this, "broadcast", "send", send, bytes);
-  } else if (send == nullptr) {
-    send = recv;  // read on the root only
-  }
-  check_pointer(*this, "broadcast", "recv", recv, bytes);
-  if (st.rank == root) check_overlap(*this, "broadcast", send, bytes, recv, bytes, 0, "send == recv");
-  st.backend->enqueue({collective::broadcast, send, recv, count, type, reduce_op::sum, root}, s);
+  submit({collective::broadcast, send, recv, count, type, reduce_op::sum, root}, s, false);
 }
 
 void communicator::all_gather(const void* send, void* recv, std::size_t send_count, dtype type, stream_view s) {
-  auto& st = checked("all_gather");
-  check_stream(*this, "all_gather", s);
-  const std::size_t bytes = checked_bytes(*this, "all_gather", send_count, type);
-  const std::size_t total = checked_bytes(*this, "all_gather", send_count, type, static_cast<std::size_t>(st.size));
-  check_pointer(*this, "all_gather", "send", send, bytes);
-  check_pointer(*this, "all_gather", "recv", recv, total);
-  check_overlap(*this, "all_gather", recv, total, send, bytes, bytes * static_cast<std::size_t>(st.rank),
-                "send == recv + rank() * send_count elements");
-  st.backend->enqueue({collective::all_gather, send, recv, send_count, type, reduce_op::sum, 0}, s);
+  submit({collective::all_gather, send, recv, send_count, type, reduce_op::sum, 0}, s, false);
 }
 
 void communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, dtype type, reduce_op op,
                                   stream_view s) {
-  auto& st = checked("reduce_scatter");
-  check_stream(*this, "reduce_scatter", s);
-  check_reduction(*this, "reduce_scatter", type, op);
-  const std::size_t bytes = checked_bytes(*this, "reduce_scatter", recv_count, type);
-  const std::size_t total = checked_bytes(*this, "reduce_scatter", recv_count, type, static_cast<std::size_t>(st.size));
-  check_pointer(*this, "reduce_scatter", "send", send, total);
-  check_pointer(*this, "reduce_scatter", "recv", recv, bytes);
-  check_overlap(*this, "reduce_scatter", send, total, recv, bytes, bytes * static_cast<std::size_t>(st.rank),
-                "recv == send + rank() * recv_count elements");
-  st.backend->enqueue({collective::reduce_scatter, send, recv, recv_count, type, op, 0}, s);
+  submit({collective::reduce_scatter, send, recv, recv_count, type, op, 0}, s, false);
 }
 
 void communicator::send(const void* buffer, std::size_t count, dtype type, int peer, stream_view s) {
-  auto& st = checked("send");
-  check_stream(*this, "send", s);
-  check_rank(*this, "send", "peer", peer, false);
-  check_pointer(*this, "send", "buffer", buffer, checked_bytes(*this, "send", count, type));
-  st.backend->enqueue({collective::send, buffer, nullptr, count, type, reduce_op::sum, peer}, s);
+  submit({collective::send, buffer, nullptr, count, type, reduce_op::sum, peer}, s, false);
 }
 
 void communicator::recv(void* buffer, std::size_t count, dtype type, int peer, stream_view s) {
-  auto& st = checked("recv");
-  check_stream(*this, "recv", s);
-  check_rank(*this, "recv", "peer", peer, false);
-  check_pointer(*this, "recv", "buffer", buffer, checked_bytes(*this, "recv", count, type));
-  st.backend->enqueue({collective::recv, nullptr, buffer, count, type, reduce_op::sum, peer}, s);
+  submit({collective::recv, nullptr, buffer, count, type, reduce_op::sum, peer}, s, false);
 }
 
 // ==== device buffers ================================================================
@@ -508,7 +523,7 @@ void communicator::all_reduce(const device_buffer& send, device_buffer& recv, dt
   check_stream(*this, "all_reduce", s);
   buffer_order a{send, s, device};
   buffer_order b{recv, s, device};
-  all_reduce(send.data(), recv.data(), n, type, op, s);
+  submit({collective::all_reduce, send.data(), recv.data(), n, type, op, 0}, s, true);
   a.done(device);
   b.done(device);
 }
@@ -518,7 +533,7 @@ void communicator::broadcast(device_buffer& buffer, dtype type, int root, stream
   const std::size_t n = elements(*this, "broadcast", "buffer", buffer, type);
   check_stream(*this, "broadcast", s);
   buffer_order a{buffer, s, device};
-  broadcast(buffer.data(), buffer.data(), n, type, root, s);
+  submit({collective::broadcast, buffer.data(), buffer.data(), n, type, reduce_op::sum, root}, s, true);
   a.done(device);
 }
 
@@ -533,7 +548,7 @@ void communicator::all_gather(const device_buffer& send, device_buffer& recv, dt
   check_stream(*this, "all_gather", s);
   buffer_order a{send, s, device};
   buffer_order b{recv, s, device};
-  all_gather(send.data(), recv.data(), n, type, s);
+  submit({collective::all_gather, send.data(), recv.data(), n, type, reduce_op::sum, 0}, s, true);
   a.done(device);
   b.done(device);
 }
@@ -550,7 +565,7 @@ void communicator::reduce_scatter(const device_buffer& send, device_buffer& recv
   check_stream(*this, "reduce_scatter", s);
   buffer_order a{send, s, device};
   buffer_order b{recv, s, device};
-  reduce_scatter(send.data(), recv.data(), m, type, op, s);
+  submit({collective::reduce_scatter, send.data(), recv.data(), m, type, op, 0}, s, true);
   a.done(device);
   b.done(device);
 }
@@ -560,7 +575,7 @@ void communicator::send(const device_buffer& buffer, dtype type, int peer, strea
   const std::size_t n = elements(*this, "send", "buffer", buffer, type);
   check_stream(*this, "send", s);
   buffer_order a{buffer, s, device};
-  send(buffer.data(), n, type, peer, s);
+  submit({collective::send, buffer.data(), nullptr, n, type, reduce_op::sum, peer}, s, true);
   a.done(device);
 }
 
@@ -569,7 +584,7 @@ void communicator::recv(device_buffer& buffer, dtype type, int peer, stream_view
   const std::size_t n = elements(*this, "recv", "buffer", buffer, type);
   check_stream(*this, "recv", s);
   buffer_order a{buffer, s, device};
-  recv(buffer.data(), n, type, peer, s);
+  submit({collective::recv, nullptr, buffer.data(), n, type, reduce_op::sum, peer}, s, true);
   a.done(device);
 }
 
@@ -587,7 +602,7 @@ void communicator::all_reduce(const tensor& send, tensor& recv, reduce_op op, st
   check_reduction(*this, "all_reduce", send.dtype(), op);
   const void* in = send.device_data(s);
   void* out = recv.mutable_device_data(s);
-  all_reduce(in, out, send.numel(), send.dtype(), op, s);
+  submit({collective::all_reduce, in, out, send.numel(), send.dtype(), op, 0}, s, true);
 }
 
 void communicator::all_reduce(tensor& t, reduce_op op, stream_view s) {
@@ -595,7 +610,7 @@ void communicator::all_reduce(tensor& t, reduce_op op, stream_view s) {
   check_stream(*this, "all_reduce", s);
   check_reduction(*this, "all_reduce", t.dtype(), op);
   void* p = t.mutable_device_data(s);
-  all_reduce(p, p, t.numel(), t.dtype(), op, s);
+  submit({collective::all_reduce, p, p, t.numel(), t.dtype(), op, 0}, s, true);
 }
 
 void communicator::broadcast(tensor& t, int root, stream_view s) {
@@ -603,7 +618,7 @@ void communicator::broadcast(tensor& t, int root, stream_view s) {
   check_stream(*this, "broadcast", s);
   check_rank(*this, "broadcast", "root", root, true);
   void* p = t.mutable_device_data(s);  // the root's contents are brought to the device too
-  broadcast(p, p, t.numel(), t.dtype(), root, s);
+  submit({collective::broadcast, p, p, t.numel(), t.dtype(), reduce_op::sum, root}, s, true);
 }
 
 void communicator::all_gather(const tensor& send, tensor& recv, stream_view s) {
@@ -616,7 +631,7 @@ void communicator::all_gather(const tensor& send, tensor& recv, stream_view s) {
   check_stream(*this, "all_gather", s);
   const void* in = send.device_data(s);
   void* out = recv.mutable_device_data(s);
-  all_gather(in, out, send.numel(), send.dtype(), s);
+  submit({collective::all_gather, in, out, send.numel(), send.dtype(), reduce_op::sum, 0}, s, true);
 }
 
 void communicator::reduce_scatter(const tensor& send, tensor& recv, reduce_op op, stream_view s) {
@@ -630,14 +645,14 @@ void communicator::reduce_scatter(const tensor& send, tensor& recv, reduce_op op
   check_reduction(*this, "reduce_scatter", send.dtype(), op);
   const void* in = send.device_data(s);
   void* out = recv.mutable_device_data(s);
-  reduce_scatter(in, out, recv.numel(), send.dtype(), op, s);
+  submit({collective::reduce_scatter, in, out, recv.numel(), send.dtype(), op, 0}, s, true);
 }
 
 void communicator::send(const tensor& t, int peer, stream_view s) {
   check_tensor(*this, "send", "t", t);
   check_stream(*this, "send", s);
   check_rank(*this, "send", "peer", peer, false);
-  send(t.device_data(s), t.numel(), t.dtype(), peer, s);
+  submit({collective::send, t.device_data(s), nullptr, t.numel(), t.dtype(), reduce_op::sum, peer}, s, true);
 }
 
 void communicator::recv(tensor& t, int peer, stream_view s) {
@@ -645,7 +660,7 @@ void communicator::recv(tensor& t, int peer, stream_view s) {
   check_stream(*this, "recv", s);
   check_rank(*this, "recv", "peer", peer, false);
   // Every byte is overwritten: no upload of a stale host side is needed.
-  recv(t.mutable_device_data(s), t.numel(), t.dtype(), peer, s);
+  submit({collective::recv, nullptr, t.mutable_device_data(s), t.numel(), t.dtype(), reduce_op::sum, peer}, s, true);
 }
 
 // ==== registration ====================================================================
