@@ -3,9 +3,11 @@
 //   nccl/allreduce/<method>/<size>   bus bandwidth (algorithm bandwidth × 2(n-1)/n, as nccl-tests)
 //
 // methods: syncmem (communicator on device_buffers from a caching_resource),
-// syncmem-registered (the same resource's segments registered with
-// ncclCommRegister), and raw NCCL on cudaMalloc'd buffers: nccl-cudaMalloc,
-// and nccl-registered (the same buffers, ncclCommRegister'd). Every iteration
+// syncmem-registered (another caching_resource, its segments registered with
+// ncclCommRegister), syncmem-ncclMemAlloc (a registered caching_resource over
+// nccl_resource), and raw NCCL: nccl-cudaMalloc (cudaMalloc'd buffers),
+// nccl-registered (cudaMalloc'd and ncclCommRegister'd), nccl-ncclMemAlloc
+// (ncclMemAlloc'd and registered: NCCL's own zero-copy setup). Every iteration
 // runs each method once, in turn, in place on float32 buffers of its own, and
 // times only the benchmark's own: from its first call until every rank's
 // stream has finished. With fewer than two GPUs the suite registers one
@@ -31,6 +33,7 @@
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/nccl/communicator.hpp"
 #include "syncmem/nccl/group.hpp"
+#include "syncmem/nccl/nccl_resource.hpp"
 #include "syncmem/stream.hpp"
 
 namespace syncmem::bench {
@@ -38,8 +41,9 @@ namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
-enum class method { ours, ours_registered, raw, raw_registered };
-constexpr method all_methods[] = {method::ours, method::ours_registered, method::raw, method::raw_registered};
+enum class method { ours, ours_registered, ours_nccl_memory, raw, raw_registered, raw_nccl_memory };
+constexpr method all_methods[] = {method::ours, method::ours_registered, method::ours_nccl_memory,
+                                  method::raw,  method::raw_registered,  method::raw_nccl_memory};
 
 const char* method_name(method m) {
   switch (m) {
@@ -51,6 +55,10 @@ const char* method_name(method m) {
       return "nccl-cudaMalloc";
     case method::raw_registered:
       return "nccl-registered";
+    case method::ours_nccl_memory:
+      return "syncmem-ncclMemAlloc";
+    case method::raw_nccl_memory:
+      return "nccl-ncclMemAlloc";
   }
   return "?";
 }
@@ -67,7 +75,8 @@ struct context {
   std::vector<stream> streams;
   std::vector<nccl::communicator> ours;
   std::vector<ncclComm_t> raw;
-  std::vector<std::unique_ptr<mr::caching_resource>> plain_pools, registered_pools;
+  std::vector<std::unique_ptr<nccl::nccl_resource>> nccl_memory;
+  std::vector<std::unique_ptr<mr::caching_resource>> plain_pools, registered_pools, nccl_pools;
 
   explicit context(const std::vector<device_id>& d) : devices{d} {
     ::setenv("NCCL_NVLS_ENABLE", "0", 0);  // no multicast objects
@@ -81,6 +90,10 @@ struct context {
       plain_pools.push_back(std::make_unique<mr::caching_resource>(devices[r]));
       registered_pools.push_back(std::make_unique<mr::caching_resource>(devices[r]));
       ours[r].register_segments(*registered_pools.back());
+      nccl_memory.push_back(std::make_unique<nccl::nccl_resource>(devices[r]));
+      nccl_pools.push_back(
+          std::make_unique<mr::caching_resource>(devices[r], mr::caching_options{}, nccl_memory.back().get()));
+      ours[r].register_segments(*nccl_pools.back());
     }
   }
 };
@@ -99,17 +112,23 @@ class allreduce_setup {
       const stream_view s = c.streams[r];
       plain_.emplace_back(bytes, s, c.plain_pools[r].get());
       registered_.emplace_back(bytes, s, c.registered_pools[r].get());
+      nccl_memory_.emplace_back(bytes, s, c.nccl_pools[r].get());
       device_guard guard{c.devices[r]};
       void* p = nullptr;
       void* q = nullptr;
+      void* m = nullptr;
       SYNCMEM_CUDA_TRY(cudaMalloc(&p, bytes));
       SYNCMEM_CUDA_TRY(cudaMalloc(&q, bytes));
+      nccl_try(ncclMemAlloc(&m, bytes), "ncclMemAlloc");
       raw_.push_back(p);
       raw_registered_.push_back(q);
-      void* handle = nullptr;
-      nccl_try(ncclCommRegister(c.raw[r], q, bytes, &handle), "ncclCommRegister");
-      handles_.push_back(handle);
-      for (void* x : {p, q, plain_.back().data(), registered_.back().data()}) {
+      raw_nccl_memory_.push_back(m);
+      for (void* x : {q, m}) {
+        void* handle = nullptr;
+        nccl_try(ncclCommRegister(c.raw[r], x, bytes, &handle), "ncclCommRegister");
+        handles_.push_back(handle);
+      }
+      for (void* x : {p, q, m, plain_.back().data(), registered_.back().data(), nccl_memory_.back().data()}) {
         SYNCMEM_CUDA_TRY(cudaMemsetAsync(x, 0, bytes, cuda::native(s)));
       }
     }
@@ -121,23 +140,25 @@ class allreduce_setup {
     sync();
     for (std::size_t r = 0; r < raw_.size(); ++r) {
       device_guard guard{c_.devices[r]};
-      (void)ncclCommDeregister(c_.raw[r], handles_[r]);
+      (void)ncclCommDeregister(c_.raw[r], handles_[2 * r]);
+      (void)ncclCommDeregister(c_.raw[r], handles_[2 * r + 1]);
       (void)cudaFree(raw_[r]);
       (void)cudaFree(raw_registered_[r]);
+      (void)ncclMemFree(raw_nccl_memory_[r]);
     }
   }
 
   void run(method m) {
     const std::size_t count = bytes_ / sizeof(float);
-    if (m == method::ours || m == method::ours_registered) {
-      auto& buffers = m == method::ours ? plain_ : registered_;
+    if (m == method::ours || m == method::ours_registered || m == method::ours_nccl_memory) {
+      auto& buffers = m == method::ours ? plain_ : m == method::ours_registered ? registered_ : nccl_memory_;
       nccl::group g;
       for (std::size_t r = 0; r < buffers.size(); ++r) {
         c_.ours[r].all_reduce(buffers[r], buffers[r], dtype::float32, nccl::reduce_op::sum, c_.streams[r]);
       }
       g.end();
     } else {
-      const auto& pointers = m == method::raw ? raw_ : raw_registered_;
+      const auto& pointers = m == method::raw ? raw_ : m == method::raw_registered ? raw_registered_ : raw_nccl_memory_;
       nccl_try(ncclGroupStart(), "ncclGroupStart");
       for (std::size_t r = 0; r < pointers.size(); ++r) {
         nccl_try(ncclAllReduce(pointers[r], pointers[r], count, ncclFloat32, ncclSum, c_.raw[r],
@@ -156,8 +177,8 @@ class allreduce_setup {
 
   context& c_;
   std::size_t bytes_;
-  std::vector<device_buffer> plain_, registered_;
-  std::vector<void*> raw_, raw_registered_, handles_;
+  std::vector<device_buffer> plain_, registered_, nccl_memory_;
+  std::vector<void*> raw_, raw_registered_, raw_nccl_memory_, handles_;
 };
 
 void run_allreduce(benchmark::State& state, std::vector<device_id> devices, std::size_t bytes, method mine) {
