@@ -433,6 +433,33 @@ TYPED_TEST(communicator_test, OrdersDeviceBuffersWithTheirOwnStreams) {
   }
 }
 
+// The other way: work enqueued on a buffer's own stream after the collective
+// (on another stream, held) waits for it.
+TYPED_TEST(communicator_test, LaterWorkOnABuffersOwnStreamWaitsForTheCollective) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  this->make();
+  const std::size_t count = random_count(1 << 18);
+  std::vector<std::vector<std::byte>> inputs;
+  std::vector<stream> own;
+  std::vector<device_buffer> buffers;
+  for (int r = 0; r < this->n(); ++r) {
+    own.emplace_back(this->dev(r));
+    inputs.push_back(small_values(dtype::int32, count));
+    buffers.emplace_back(inputs.back().data(), inputs.back().size(), own.back());
+  }
+  std::vector<std::uint8_t> got;
+  {
+    stream_latch hold{this->s(0)};  // rank 0's collective waits here; the others wait for rank 0
+    this->each_rank(
+        [&](int r) { this->comm(r).all_reduce(buffers[r], buffers[r], dtype::int32, reduce_op::sum, this->s(r)); });
+    got = while_held(hold, [&] { return read_device(own[0], buffers[0].data(), count * sizeof(std::int32_t)); });
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    expect_element(reduce_op::sum, dtype::int32, reduced(reduce_op::sum, dtype::int32, inputs, i), got.data(), i, 0);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TYPED_TEST(communicator_test, RefusesBadArgumentsNamingThemAndEnqueuesNothing) {
   this->make(2);
   auto& c = this->comm(0);
