@@ -33,10 +33,15 @@ struct call {
   dtype type = dtype::uint8;
   reduce_op op = reduce_op::sum;
   int peer = 0;
+  // Whether a buffer of the call lies in memory registered with the
+  // communicator (known to the emulated backend, which checks that ranks agree).
+  bool registered = false;
 };
 
 // "all_reduce of 1024 float32 (sum)", "send of 16 int8 to rank 1".
 [[nodiscard]] std::string describe(const call& c);
+// The same, saying whether its memory is registered.
+[[nodiscard]] std::string describe_registration(const call& c);
 
 class comm_backend {
  public:

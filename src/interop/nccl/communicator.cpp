@@ -84,6 +84,10 @@ std::string describe(const call& c) {
   return text;
 }
 
+std::string describe_registration(const call& c) {
+  return describe(c) + (c.registered ? ", in registered memory" : ", in unregistered memory");
+}
+
 }  // namespace detail
 
 unique_id make_unique_id(device_kind kind) {

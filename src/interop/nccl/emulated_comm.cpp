@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -35,6 +36,7 @@ struct message {
   std::vector<std::byte> bytes;
   std::size_t count = 0;
   dtype type = dtype::uint8;
+  bool registered = false;
 };
 
 class clique {
@@ -89,7 +91,7 @@ class clique {
   }
 
   void send(int from, const call& c) {
-    message m{std::vector<std::byte>(c.count * size_of(c.type)), c.count, c.type};
+    message m{std::vector<std::byte>(c.count * size_of(c.type)), c.count, c.type, c.registered};
     if (!m.bytes.empty()) std::memcpy(m.bytes.data(), c.send, m.bytes.size());
     std::lock_guard lock{mutex_};
     channels_[{from, c.peer}].push_back(std::move(m));
@@ -109,6 +111,11 @@ class clique {
     SYNCMEM_EXPECTS(m.count == c.count && m.type == c.type,
                     fmt::format("nccl recv on rank {}: rank {} sent {} {}, the receive asks for {} {}", to, c.peer,
                                 m.count, syncmem::to_string(m.type), c.count, syncmem::to_string(c.type)));
+    SYNCMEM_EXPECTS(m.registered == c.registered,
+                    fmt::format("nccl recv on rank {}: rank {} sent from {} memory, the receive is into {} memory; "
+                                "NCCL needs both registered (ncclCommRegister) or neither",
+                                to, c.peer, m.registered ? "registered" : "unregistered",
+                                c.registered ? "registered" : "unregistered"));
     if (!m.bytes.empty()) std::memcpy(c.recv, m.bytes.data(), m.bytes.size());
   }
 
@@ -131,7 +138,21 @@ class clique {
       }
       if (first.kind == collective::broadcast) same = same && c->peer == first.peer;
     }
-    if (same) return {};
+    if (same) {
+      // NCCL: when one rank passes registered buffers, every rank must.
+      bool registered_alike = true;
+      for (const auto& c : calls) registered_alike = registered_alike && c->registered == first.registered;
+      if (registered_alike) return {};
+      std::string text = fmt::format(
+          "nccl collective #{}: some ranks' buffers are registered (ncclCommRegister) and some not; NCCL needs all or "
+          "none:",
+          sequence);
+      for (std::size_t r = 0; r < calls.size(); ++r) {
+        text += fmt::format(" rank {}: {};", r, describe_registration(*calls[r]));
+      }
+      text.pop_back();
+      return text;
+    }
     std::string text = fmt::format("nccl collective #{} does not match across ranks:", sequence);
     for (std::size_t r = 0; r < calls.size(); ++r) text += fmt::format(" rank {}: {};", r, describe(*calls[r]));
     text.pop_back();
@@ -212,9 +233,11 @@ class emulated_comm final : public comm_backend {
   emulated_comm(std::shared_ptr<clique> c, int rank, device_id device)
       : clique_{std::move(c)}, rank_{rank}, device_{device} {}
 
-  void enqueue(const call& c, stream_view s) override {
+  void enqueue(const call& in, stream_view s) override {
     auto shared = clique_;
     const int rank = rank_;
+    call c = in;
+    c.registered = is_registered(c.send) || is_registered(c.recv);
     if (c.kind == collective::send) {
       s.launch_host_func([shared, rank, c] { shared->send(rank, c); });
     } else if (c.kind == collective::recv) {
@@ -237,14 +260,21 @@ class emulated_comm final : public comm_backend {
         why = fmt::format("[{}, +{}) runs past the end of its allocation", base, bytes);
         return nullptr;
       }
-      return new registered{base, bytes};
+      auto record = std::make_unique<registered>(registered{base, bytes});
+      std::lock_guard lock{mutex_};
+      ranges_.emplace(reinterpret_cast<std::uintptr_t>(base), bytes);
+      return record.release();
     } catch (const std::exception& e) {
       why = e.what();
       return nullptr;
     }
   }
 
-  void deregister_buffer(void* handle) noexcept override { delete static_cast<registered*>(handle); }
+  void deregister_buffer(void* handle) noexcept override {
+    const std::unique_ptr<registered> record{static_cast<registered*>(handle)};
+    std::lock_guard lock{mutex_};
+    ranges_.erase(reinterpret_cast<std::uintptr_t>(record->base));
+  }
 
  private:
   struct registered {
@@ -252,10 +282,23 @@ class emulated_comm final : public comm_backend {
     std::size_t bytes;
   };
 
+  // Whether `p` lies in a registered range.
+  bool is_registered(const void* p) const {
+    if (p == nullptr) return false;
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard lock{mutex_};
+    auto it = ranges_.upper_bound(at);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return at < it->first + it->second;
+  }
+
   std::shared_ptr<clique> clique_;
   int rank_;
   device_id device_;
   std::uint64_t sequence_ = 0;
+  mutable std::mutex mutex_;
+  std::map<std::uintptr_t, std::size_t> ranges_;  // registered: base to size
 };
 
 }  // namespace

@@ -576,6 +576,34 @@ TEST(communicator_emulated, ReportsCallsThatDoNotMatchAcrossRanks) {
   }
 }
 
+// NCCL's rule for registered buffers: all ranks or none. Emulated devices check it.
+TEST(communicator_emulated, ReportsRanksThatMixRegisteredAndUnregisteredBuffers) {
+  SYNCMEM_REQUIRE_DEVICES(device_kind::emulated, 2);
+  const std::vector<device_id> devices{device_id::emulated(0), device_id::emulated(1)};
+  auto comms = communicator::create_all(devices);
+  mr::caching_resource pool0{devices[0]};
+  mr::caching_resource pool1{devices[1]};
+  comms[0].register_segments(pool0);  // rank 1's pool is left unregistered
+  stream s0{devices[0]};
+  stream s1{devices[1]};
+  device_buffer a{64, s0, &pool0};
+  device_buffer b{64, s1, &pool1};
+  comms[0].all_reduce(a, a, dtype::int32, reduce_op::sum, s0);
+  comms[1].all_reduce(b, b, dtype::int32, reduce_op::sum, s1);
+  comms[0].send(a, dtype::int32, 1, s0);
+  comms[1].recv(b, dtype::int32, 0, s1);
+  for (const stream* s : {&s0, &s1}) {
+    try {
+      s->synchronize();
+      ADD_FAILURE() << "a rank saw no error";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), HasSubstr("some ranks' buffers are registered (ncclCommRegister) and some not"));
+      EXPECT_THAT(e.what(), HasSubstr("rank 0: all_reduce of 16 int32 (sum), in registered memory; rank 1: "
+                                      "all_reduce of 16 int32 (sum), in unregistered memory"));
+    }
+  }
+}
+
 // ---- registration of a caching_resource's segments ----------------------------------------
 
 TYPED_TEST(communicator_test, RegistersEachSegmentOnceAndDeregistersItBeforeItGoes) {
