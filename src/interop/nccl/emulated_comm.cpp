@@ -41,17 +41,16 @@ struct message {
 
 class clique {
  public:
-  explicit clique(int nranks) : nranks_{nranks}, devices_(static_cast<std::size_t>(nranks)) {}
+  explicit clique(int nranks) : nranks_{nranks} {}
 
   [[nodiscard]] int size() const noexcept { return nranks_; }
 
   // For ranks joining by id: takes `rank`, then waits for all to join.
-  void join(int rank, device_id device) {
+  void join(int rank) {
     std::unique_lock lock{mutex_};
     SYNCMEM_EXPECTS(!taken_.contains(rank),
                     fmt::format("nccl communicator: rank {} of this id has joined already", rank));
     taken_.insert(rank);
-    devices_[static_cast<std::size_t>(rank)] = device;
     changed_.notify_all();
     if (!changed_.wait_for(lock, rendezvous_timeout, [this] { return static_cast<int>(taken_.size()) == nranks_; })) {
       taken_.erase(rank);
@@ -59,7 +58,6 @@ class clique {
                                nranks_, rendezvous_timeout.count()));
     }
   }
-  void set_device(int rank, device_id device) { devices_[static_cast<std::size_t>(rank)] = device; }
 
   void collective(int rank, std::uint64_t sequence, const call& c) {
     std::unique_lock lock{mutex_};
@@ -212,7 +210,6 @@ class clique {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::set<int> taken_;
-  std::vector<std::optional<device_id>> devices_;
   std::map<std::uint64_t, pending> pending_;
   std::map<std::pair<int, int>, std::deque<message>> channels_;
 };
@@ -307,7 +304,6 @@ std::vector<std::unique_ptr<comm_backend>> make_emulated_all(std::span<const dev
   auto shared = std::make_shared<clique>(static_cast<int>(devices.size()));
   std::vector<std::unique_ptr<comm_backend>> ranks;
   for (std::size_t r = 0; r < devices.size(); ++r) {
-    shared->set_device(static_cast<int>(r), devices[r]);
     ranks.push_back(std::make_unique<emulated_comm>(shared, static_cast<int>(r), devices[r]));
   }
   return ranks;
@@ -328,7 +324,7 @@ std::unique_ptr<comm_backend> make_emulated_rank(const unique_id& id, int nranks
   SYNCMEM_EXPECTS(shared->size() == nranks,
                   fmt::format("nccl communicator: nranks is {}, but rank(s) of this id were made with nranks {}",
                               nranks, shared->size()));
-  shared->join(rank, device);
+  shared->join(rank);
   return std::make_unique<emulated_comm>(shared, rank, device);
 }
 
