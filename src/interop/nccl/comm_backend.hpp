@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,6 +57,22 @@ class comm_backend {
   [[nodiscard]] virtual void* register_buffer(void* base, std::size_t bytes, std::string& why) noexcept = 0;
   virtual void deregister_buffer(void* handle) noexcept = 0;
 };
+
+// The nccl::group of the calling thread. NCCL enqueues a grouped call on its
+// stream only when the outermost group ends, so work that must follow the
+// call (an event recorded after it) waits until then.
+// Emulated communicators defer their calls in a group the same way, so that
+// code tested on them is right on NCCL.
+struct thread_group {
+  int depth = 0;
+  std::vector<std::function<void()>> launches;   // emulated calls, in call order
+  std::vector<std::function<void()>> after_end;  // what must follow the calls
+};
+[[nodiscard]] thread_group& this_thread_group() noexcept;
+// Enqueues an emulated call now, or when the calling thread's outermost group ends.
+void launch_grouped(std::function<void()> launch);
+// Runs `f` now, or when the calling thread's outermost group ends, after its calls.
+void after_enqueued(std::function<void()> f);
 
 // The emulated host implementation.
 [[nodiscard]] std::vector<std::unique_ptr<comm_backend>> make_emulated_all(std::span<const device_id> devices);

@@ -361,12 +361,15 @@ class buffer_order {
   buffer_order(const buffer_order&) = delete;
   buffer_order& operator=(const buffer_order&) = delete;
   ~buffer_order() = default;
-  // After the call was enqueued.
+  // After the call: the buffer's stream waits for it once it is on `s`
+  // (at the end of the thread's nccl::group, if one is open).
   void done(device_id device) const {
     if (!own_) return;
-    event after{device};
-    after.record(s_);
-    own_->wait(after);
+    detail::after_enqueued([device, s = s_, own = *own_] {
+      event after{device};
+      after.record(s);
+      own.wait(after);
+    });
   }
 
  private:

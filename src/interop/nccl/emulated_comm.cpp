@@ -235,13 +235,16 @@ class emulated_comm final : public comm_backend {
     const int rank = rank_;
     call c = in;
     c.registered = is_registered(c.send) || is_registered(c.recv);
+    // As NCCL does, a call in a group reaches its stream when the group ends.
     if (c.kind == collective::send) {
-      s.launch_host_func([shared, rank, c] { shared->send(rank, c); });
+      launch_grouped([s, shared, rank, c] { s.launch_host_func([shared, rank, c] { shared->send(rank, c); }); });
     } else if (c.kind == collective::recv) {
-      s.launch_host_func([shared, rank, c] { shared->recv(rank, c); });
+      launch_grouped([s, shared, rank, c] { s.launch_host_func([shared, rank, c] { shared->recv(rank, c); }); });
     } else {
       const std::uint64_t sequence = sequence_++;
-      s.launch_host_func([shared, rank, sequence, c] { shared->collective(rank, sequence, c); });
+      launch_grouped([s, shared, rank, sequence, c] {
+        s.launch_host_func([shared, rank, sequence, c] { shared->collective(rank, sequence, c); });
+      });
     }
   }
 

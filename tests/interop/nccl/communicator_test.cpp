@@ -434,7 +434,8 @@ TYPED_TEST(communicator_test, OrdersDeviceBuffersWithTheirOwnStreams) {
 }
 
 // The other way: work enqueued on a buffer's own stream after the collective
-// (on another stream, held) waits for it.
+// (on another stream, unable to finish while another rank is held) waits for
+// it, also when the call was made in a group (NCCL enqueues it at the end).
 TYPED_TEST(communicator_test, LaterWorkOnABuffersOwnStreamWaitsForTheCollective) {
   SYNCMEM_REQUIRE_STREAM_HOLDS();
   this->make();
@@ -449,7 +450,8 @@ TYPED_TEST(communicator_test, LaterWorkOnABuffersOwnStreamWaitsForTheCollective)
   }
   std::vector<std::uint8_t> got;
   {
-    stream_latch hold{this->s(0)};  // rank 0's collective waits here; the others wait for rank 0
+    // Rank 1's collective stream is held, so rank 0's collective cannot finish before it is let go.
+    stream_latch hold{this->s(1)};
     this->each_rank(
         [&](int r) { this->comm(r).all_reduce(buffers[r], buffers[r], dtype::int32, reduce_op::sum, this->s(r)); });
     got = while_held(hold, [&] { return read_device(own[0], buffers[0].data(), count * sizeof(std::int32_t)); });
