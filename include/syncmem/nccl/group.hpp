@@ -10,8 +10,8 @@ namespace syncmem::nccl {
 /// calls are collected and issued together when the outermost group ends
 /// (ncclGroupEnd): one thread driving several ranks of a communicator must
 /// use one, as must a rank that sends and receives with one peer at once.
-/// Groups nest. On emulated devices a group changes nothing (their calls
-/// never block the caller).
+/// Groups nest. Emulated communicators also enqueue grouped calls when the
+/// outermost group ends, as NCCL does.
 ///
 /// Thread safety: a group belongs to the thread that made it.
 class group {
