@@ -9,7 +9,7 @@
 //
 //     <suite>/<case>/<method>/<parameter>
 //
-//   suite      transfer, alloc, pinned, synced, tensor, batch, graph, memcpy (the host reference)
+//   suite      transfer, alloc, pinned, synced, tensor, batch, graph, nccl, memcpy (the host reference)
 //   case       what is measured: h2d, d2h, d2d, pair, churn, threads, replay, ...
 //   method     who does it: ours ("syncmem", "caching", "engine") or the
 //              alternative in the same run ("cudaMemcpy", "cudaMallocAsync", "pytorch", ...).
@@ -90,6 +90,8 @@ void register_memcpy_suite(const options& o);
 void register_tensor_suite(const options& o);
 void register_batch_suite(const options& o);
 void register_graph_suite(const options& o);
+// bench/nccl (built where syncmem::nccl is): all-reduce beside raw NCCL.
+void register_nccl_suite(const options& o);
 void register_all(const options& o);
 
 }  // namespace syncmem::bench

@@ -38,6 +38,9 @@ void register_all(const options& o) {
   register_tensor_suite(o);
   register_batch_suite(o);
   register_graph_suite(o);
+#if defined(SYNCMEM_BENCH_HAS_NCCL)
+  register_nccl_suite(o);
+#endif
 }
 
 }  // namespace syncmem::bench

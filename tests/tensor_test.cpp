@@ -18,6 +18,7 @@
 #include "backend/backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
+#include "syncmem/copy.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "test_support.hpp"
@@ -452,6 +453,42 @@ TYPED_TEST(Tensor, CopyFromAcrossDevices) {
     src.copy_from(third, s0);
     EXPECT_EQ(host_bytes(src), written);
   }
+}
+
+// Between two devices, directly (peer access) and staged through pinned host
+// memory: the copy waits for the source's pending write on another stream,
+// and the destination's stream sees the copy's result after it.
+TYPED_TEST(Tensor, CopyFromAcrossDevicesWaitsForTheSourcesStreamWithAndWithoutPeerAccess) {
+  SYNCMEM_REQUIRE_COUNT(2);
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  const copy_options before = get_copy_options();
+  for (const bool peer : {true, false}) {
+    SCOPED_TRACE(peer ? "peer access" : "staged");
+    copy_options o = before;
+    o.peer_access = peer;
+    o.min_chunk = o.max_chunk = 64 << 10;  // several chunks in flight when staged
+    set_copy_options(o);
+    stream a{this->dev(0)};
+    stream b{this->dev(1)};
+    tensor src{dtype::float32, shape{333, 257}, this->dev(0)};
+    tensor dst{dtype::float32, shape{333, 257}, this->dev(1)};
+    (void)dst.mutable_device_data(b);
+    std::vector<std::uint8_t> written;
+    {
+      test::stream_latch hold{a};
+      written = write_device(src, a);  // queued behind the latch
+      const auto got = test::while_held(hold, [&] {
+        dst.copy_from(src, b);
+        test::device_add_bytes(b, dst.mutable_device_data(b), dst.nbytes(), 1);  // after the copy, on b
+        return test::read_device(b, dst.device_data(b), dst.nbytes());
+      });
+      auto expected = written;
+      for (auto& byte : expected) byte = static_cast<std::uint8_t>(byte + 1);
+      EXPECT_EQ(got, expected);
+    }
+    EXPECT_EQ(host_bytes(src), written);
+  }
+  set_copy_options(before);
 }
 
 TEST(TensorMixedKinds, CopiesBetweenACudaAndAnEmulatedDevice) {

@@ -64,6 +64,7 @@ caching_resource::caching_resource(device_id device, caching_options options, me
 
 caching_resource::~caching_resource() {
   private_->detach();
+  state_->detach_segment_observers();  // the state may outlive this object, its observers may not
   state_->shutdown();
   state_.reset();  // the state goes once no exiting thread holds it either
 }
@@ -87,6 +88,15 @@ void caching_resource::set_limit(std::optional<std::size_t> limit_bytes) { state
 caching_statistics caching_resource::statistics() const { return state_->statistics(); }
 void caching_resource::reset_peaks() { state_->reset_peaks(); }
 allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }
+
+void caching_resource::add_segment_observer(std::shared_ptr<segment_observer> observer) {
+  SYNCMEM_EXPECTS(observer != nullptr, fmt::format("{}: add_segment_observer with a null observer", name()));
+  state_->add_segment_observer(std::move(observer));
+}
+
+bool caching_resource::remove_segment_observer(const segment_observer* observer) noexcept {
+  return state_->remove_segment_observer(observer);
+}
 
 void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
   if (syncmem::detail::captures_open()) {

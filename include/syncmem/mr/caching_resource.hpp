@@ -13,6 +13,7 @@
 #include "syncmem/mr/allocator_snapshot.hpp"
 #include "syncmem/mr/caching_options.hpp"
 #include "syncmem/mr/memory_resource.hpp"
+#include "syncmem/mr/segment_observer.hpp"
 
 namespace syncmem::mr {
 
@@ -151,6 +152,15 @@ class caching_resource final : public memory_resource {
   /// @brief Segments, blocks, streams and labels now. Per-thread caches are
   /// returned to the shared pools first, so that their blocks show as free.
   [[nodiscard]] allocator_snapshot snapshot() const;
+
+  /// @brief Tells `observer` of every ordinary segment held now, then of each
+  /// segment obtained and (before it is given back) released from now on, until
+  /// it is removed or the resource is destroyed (then each segment is reported
+  /// released and the observer is told, see segment_observer).
+  /// @throws syncmem::logic_error for a null observer
+  void add_segment_observer(std::shared_ptr<segment_observer> observer);
+  /// @brief Stops telling `observer`; returns whether it was added.
+  bool remove_segment_observer(const segment_observer* observer) noexcept;
 
  private:
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;

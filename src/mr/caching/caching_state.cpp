@@ -471,4 +471,21 @@ allocator_snapshot caching_state::snapshot() {
   return take_snapshot({to_string(device_), name_, reserved_.bytes(), &segments_.all(), range_.range()});
 }
 
+// ==== segment observers (mr/segment_observer.hpp) ===============================
+
+void caching_state::add_segment_observer(std::shared_ptr<segment_observer> observer) {
+  std::lock_guard lock{mutex_};
+  segments_.observe(std::move(observer));
+}
+
+bool caching_state::remove_segment_observer(const segment_observer* observer) noexcept {
+  std::lock_guard lock{mutex_};
+  return segments_.stop_observing(observer);
+}
+
+void caching_state::detach_segment_observers() noexcept {
+  std::lock_guard lock{mutex_};
+  segments_.detach_observers();
+}
+
 }  // namespace syncmem::mr::detail

@@ -57,6 +57,9 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   [[nodiscard]] caching_statistics statistics();
   void reset_peaks();
   [[nodiscard]] allocator_snapshot snapshot();
+  void add_segment_observer(std::shared_ptr<segment_observer> observer);
+  bool remove_segment_observer(const segment_observer* observer) noexcept;
+  void detach_segment_observers() noexcept;
 
   [[nodiscard]] const caching_options& options() const noexcept { return options_; }
   [[nodiscard]] memory_resource* upstream() const noexcept { return upstream_; }

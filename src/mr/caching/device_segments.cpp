@@ -67,6 +67,7 @@ block* device_segments::grow(pool_kind kind, std::size_t size, stream_pool& pool
   }
   reserved_.add(size);
   reserved_.count_growth();
+  observers_.added(reinterpret_cast<std::uintptr_t>(p), size);
   return b;
 }
 
@@ -97,6 +98,7 @@ std::size_t device_segments::drop(segment& seg) {
     b = next;
   }
   seg.first = nullptr;
+  observers_.releasing(seg.base, seg.size);
   try {
     give(reinterpret_cast<void*>(seg.base), seg.size, default_stream(device_));
   } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
@@ -111,6 +113,7 @@ std::size_t device_segments::drop(segment& seg) {
 void device_segments::release_all(bool device_alive) noexcept {
   for (auto& entry : segments_) {
     auto& seg = *entry.second;
+    if (device_alive) observers_.releasing(seg.base, seg.size);
     if (upstream_ == nullptr && !device_alive) continue;
     try {
       give(reinterpret_cast<void*>(seg.base), seg.size, default_stream(device_));
@@ -118,6 +121,16 @@ void device_segments::release_all(bool device_alive) noexcept {
     }
   }
   segments_.clear();
+}
+
+void device_segments::observe(std::shared_ptr<segment_observer> observer) {
+  observers_.add(observer);
+  for (const auto& [base, seg] : segments_) observer->segment_added(reinterpret_cast<void*>(base), seg->size);
+}
+
+void device_segments::detach_observers() noexcept {
+  for (const auto& [base, seg] : segments_) observers_.releasing(base, seg->size);
+  observers_.destroyed();
 }
 
 }  // namespace syncmem::mr::detail::caching

@@ -14,6 +14,7 @@
 #include "backend/backend.hpp"
 #include "mr/caching/block.hpp"
 #include "mr/caching/reservation.hpp"
+#include "mr/caching/segment_observers.hpp"
 #include "mr/caching/stream_pools.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/mr/memory_resource.hpp"
@@ -41,6 +42,12 @@ class device_segments {
 
   [[nodiscard]] const segment_map& all() const noexcept { return segments_; }
 
+  // Adds an observer and tells it of every segment held now; removes one.
+  void observe(std::shared_ptr<segment_observer> observer);
+  bool stop_observing(const segment_observer* observer) noexcept { return observers_.remove(observer); }
+  // The resource goes: each segment is reported released, then the observers are let go.
+  void detach_observers() noexcept;
+
  private:
   [[nodiscard]] void* take(std::size_t size, stream_view s);
   void give(void* p, std::size_t size, stream_view s);
@@ -52,6 +59,7 @@ class device_segments {
   reservation& reserved_;
   stream_pools& pools_;
   segment_map segments_;
+  segment_observers observers_;
 };
 
 }  // namespace syncmem::mr::detail::caching

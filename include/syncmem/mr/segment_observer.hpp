@@ -1,0 +1,38 @@
+#pragma once
+
+/// @file mr/segment_observer.hpp
+/// @brief Told when a caching_resource obtains a segment from the device and
+/// before it gives one back: how NCCL's user-buffer registration follows the
+/// allocator's memory (syncmem::nccl::communicator::register_segments).
+
+#include <cstddef>
+
+namespace syncmem::mr {
+
+/// @brief An observer of a caching_resource's ordinary segments (the memory it
+/// takes whole from the device or its upstream). Memory of a growable range
+/// (caching_options::expandable) is not reported.
+///
+/// Both calls are made under the resource's lock: they must be quick enough to
+/// sit on the allocator's slow path, must not call into the resource, and must
+/// not throw (a failure is the observer's to report).
+class segment_observer {
+ public:
+  segment_observer() = default;
+  segment_observer(const segment_observer&) = delete;
+  segment_observer& operator=(const segment_observer&) = delete;
+  virtual ~segment_observer() = default;
+
+  /// @brief `[base, base + bytes)` was obtained, before any block of it is
+  /// handed out; also called for each segment held when the observer is added.
+  virtual void segment_added(void* base, std::size_t bytes) noexcept = 0;
+  /// @brief `[base, base + bytes)` is about to be given back: every block of
+  /// it is free, or the resource is being destroyed. The memory is still valid.
+  virtual void segment_releasing(void* base, std::size_t bytes) noexcept = 0;
+  /// @brief The resource is being destroyed: segment_releasing was called for
+  /// each segment it holds, and nothing more will be called (the observer
+  /// must not call remove_segment_observer on it any more).
+  virtual void resource_destroyed() noexcept {}
+};
+
+}  // namespace syncmem::mr

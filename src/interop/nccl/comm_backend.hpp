@@ -1,0 +1,91 @@
+#pragma once
+
+// What a communicator's rank does once its arguments are checked: NCCL's
+// calls on CUDA devices (cuda/nccl_comm.cpp), the host implementation on
+// emulated devices (emulated_comm.cpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "syncmem/device_id.hpp"
+#include "syncmem/dtype.hpp"
+#include "syncmem/nccl/communicator.hpp"
+#include "syncmem/stream.hpp"
+
+namespace syncmem::nccl::detail {
+
+enum class collective : std::uint8_t { all_reduce, broadcast, all_gather, reduce_scatter, send, recv };
+
+[[nodiscard]] const char* to_string(collective kind) noexcept;
+
+// One call of one rank, checked. `count` is in elements of `type`: the send
+// count of all_gather, the receive count of reduce_scatter. `peer` is the
+// root of broadcast and the other rank of send and recv.
+struct call {
+  collective kind = collective::all_reduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;
+  dtype type = dtype::uint8;
+  reduce_op op = reduce_op::sum;
+  int peer = 0;
+  // Whether a buffer of the call lies in memory registered with the
+  // communicator (known to the emulated backend, which checks that ranks agree).
+  bool registered = false;
+};
+
+// "all_reduce of 1024 float32 (sum)", "send of 16 int8 to rank 1".
+[[nodiscard]] std::string describe(const call& c);
+// The same, saying whether its memory is registered.
+[[nodiscard]] std::string describe_registration(const call& c);
+
+class comm_backend {
+ public:
+  comm_backend() = default;
+  comm_backend(const comm_backend&) = delete;
+  comm_backend& operator=(const comm_backend&) = delete;
+  virtual ~comm_backend() = default;
+
+  // Enqueues `c` on `s` (a stream of the rank's device).
+  virtual void enqueue(const call& c, stream_view s) = 0;
+  // A handle for [base, base + bytes), or nullptr when refused (with why).
+  [[nodiscard]] virtual void* register_buffer(void* base, std::size_t bytes, std::string& why) noexcept = 0;
+  virtual void deregister_buffer(void* handle) noexcept = 0;
+};
+
+// The nccl::group of the calling thread. NCCL enqueues a grouped call on its
+// stream only when the outermost group ends, so work that must follow the
+// call (an event recorded after it) waits until then.
+// Emulated communicators defer their calls in a group the same way, so that
+// code tested on them is right on NCCL.
+struct thread_group {
+  int depth = 0;
+  std::vector<std::function<void()>> launches;   // emulated calls, in call order
+  std::vector<std::function<void()>> after_end;  // what must follow the calls
+};
+[[nodiscard]] thread_group& this_thread_group() noexcept;
+// Enqueues an emulated call now, or when the calling thread's outermost group ends.
+void launch_grouped(std::function<void()> launch);
+// Runs `f` now, or when the calling thread's outermost group ends, after its calls.
+void after_enqueued(std::function<void()> f);
+
+// The emulated host implementation.
+[[nodiscard]] std::vector<std::unique_ptr<comm_backend>> make_emulated_all(std::span<const device_id> devices);
+[[nodiscard]] std::unique_ptr<comm_backend> make_emulated_rank(const unique_id& id, int nranks, int rank,
+                                                               device_id device);
+[[nodiscard]] unique_id make_emulated_id();
+
+// NCCL (cuda/nccl_comm.cpp).
+[[nodiscard]] std::vector<std::unique_ptr<comm_backend>> make_nccl_all(std::span<const device_id> devices);
+[[nodiscard]] std::unique_ptr<comm_backend> make_nccl_rank(const unique_id& id, int nranks, int rank, device_id device);
+[[nodiscard]] unique_id make_nccl_id();
+void nccl_group_start();
+// Returns NCCL's error as text, or "" on success.
+[[nodiscard]] std::string nccl_group_end() noexcept;
+
+}  // namespace syncmem::nccl::detail

@@ -1,0 +1,725 @@
+#include "syncmem/nccl/communicator.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "comm_backend.hpp"
+#include "core/log.hpp"
+#include "syncmem/device.hpp"
+#include "syncmem/device_buffer.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/event.hpp"
+#include "syncmem/memory_kind.hpp"
+#include "syncmem/mr/caching_resource.hpp"
+#include "syncmem/mr/segment_observer.hpp"
+#include "syncmem/tensor.hpp"
+
+namespace syncmem::nccl {
+
+// ==== names ======================================================================
+
+std::string to_string(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+      return "sum";
+    case reduce_op::prod:
+      return "prod";
+    case reduce_op::min:
+      return "min";
+    case reduce_op::max:
+      return "max";
+    case reduce_op::avg:
+      return "avg";
+  }
+  return "unknown";
+}
+
+bool can_reduce(dtype type, reduce_op op) noexcept {
+  if (type == dtype::bool_ || type == dtype::int16) return false;
+  return op != reduce_op::avg || is_floating_point(type);
+}
+
+namespace detail {
+
+const char* to_string(collective kind) noexcept {
+  switch (kind) {
+    case collective::all_reduce:
+      return "all_reduce";
+    case collective::broadcast:
+      return "broadcast";
+    case collective::all_gather:
+      return "all_gather";
+    case collective::reduce_scatter:
+      return "reduce_scatter";
+    case collective::send:
+      return "send";
+    case collective::recv:
+      return "recv";
+  }
+  return "unknown";
+}
+
+std::string describe(const call& c) {
+  std::string text = fmt::format("{} of {} {}", to_string(c.kind), c.count, syncmem::to_string(c.type));
+  switch (c.kind) {
+    case collective::all_reduce:
+    case collective::reduce_scatter:
+      return text + fmt::format(" ({})", nccl::to_string(c.op));
+    case collective::broadcast:
+      return text + fmt::format(" from root {}", c.peer);
+    case collective::send:
+      return text + fmt::format(" to rank {}", c.peer);
+    case collective::recv:
+      return text + fmt::format(" from rank {}", c.peer);
+    case collective::all_gather:
+      break;
+  }
+  return text;
+}
+
+std::string describe_registration(const call& c) {
+  return describe(c) + (c.registered ? ", in registered memory" : ", in unregistered memory");
+}
+
+}  // namespace detail
+
+unique_id make_unique_id(device_kind kind) {
+  return kind == device_kind::cuda ? detail::make_nccl_id() : detail::make_emulated_id();
+}
+
+// ==== registration of a caching_resource's segments ==================================
+
+namespace {
+
+// Registers each segment of one caching_resource with one rank's communicator.
+class segment_registrar final : public mr::segment_observer {
+ public:
+  segment_registrar(detail::comm_backend& backend, std::string owner) : backend_{backend}, owner_{std::move(owner)} {}
+
+  void segment_added(void* base, std::size_t bytes) noexcept override {
+    std::string why;
+    void* handle = backend_.register_buffer(base, bytes, why);
+    std::lock_guard lock{mutex_};
+    if (handle == nullptr) {
+      ++stats_.failures;
+      try {
+        syncmem::detail::logger().warn("{}: a segment of {} was not registered ({}); collectives on it copy", owner_,
+                                       syncmem::detail::format_bytes(bytes), why);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): reporting must not throw
+      }
+      return;
+    }
+    try {
+      handles_.emplace(base, entry{handle, bytes});
+    } catch (...) {
+      backend_.deregister_buffer(handle);
+      ++stats_.failures;
+      return;
+    }
+    ++stats_.registrations;
+    ++stats_.segments;
+    stats_.bytes += bytes;
+  }
+
+  void segment_releasing(void* base, std::size_t) noexcept override {
+    std::lock_guard lock{mutex_};
+    const auto it = handles_.find(base);
+    if (it == handles_.end()) return;
+    drop(it->second);
+    handles_.erase(it);
+  }
+
+  void resource_destroyed() noexcept override { gone_ = true; }
+  // Whether the resource was destroyed (it must not be called any more).
+  [[nodiscard]] bool resource_gone() const noexcept { return gone_; }
+
+  // After the resource stopped telling it: deregisters what is left.
+  void release_all() noexcept {
+    std::lock_guard lock{mutex_};
+    for (auto& [base, e] : handles_) drop(e);
+    handles_.clear();
+  }
+
+  [[nodiscard]] registration_statistics statistics() const {
+    std::lock_guard lock{mutex_};
+    return stats_;
+  }
+
+ private:
+  struct entry {
+    void* handle;
+    std::size_t bytes;
+  };
+  void drop(const entry& e) noexcept {
+    backend_.deregister_buffer(e.handle);
+    ++stats_.deregistrations;
+    --stats_.segments;
+    stats_.bytes -= e.bytes;
+  }
+
+  detail::comm_backend& backend_;
+  const std::string owner_;
+  mutable std::mutex mutex_;
+  std::map<void*, entry> handles_;
+  registration_statistics stats_;
+  std::atomic<bool> gone_{false};
+};
+
+}  // namespace
+
+// ==== the communicator ============================================================
+
+struct communicator::state {
+  std::unique_ptr<detail::comm_backend> backend;
+  int rank = 0;
+  int size = 1;
+  device_id device = device_id::cuda(0);
+  std::vector<std::pair<mr::caching_resource*, std::shared_ptr<segment_registrar>>> registered;
+  registration_statistics retired;  // of registrars already removed
+
+  [[nodiscard]] std::string name() const {
+    return fmt::format("nccl communicator rank {} of {} on {}", rank, size, syncmem::to_string(device));
+  }
+};
+
+namespace {
+
+void check_devices(std::span<const device_id> devices) {
+  SYNCMEM_EXPECTS(!devices.empty(), "nccl::communicator::create_all: devices is empty: give one device per rank");
+  std::set<device_id> seen;
+  for (const auto d : devices) {
+    check_device(d);
+    SYNCMEM_EXPECTS(d.kind() == devices[0].kind(),
+                    fmt::format("nccl::communicator::create_all: devices mixes {} and {}: all must be CUDA or all "
+                                "emulated",
+                                to_string(devices[0]), to_string(d)));
+    SYNCMEM_EXPECTS(
+        seen.insert(d).second,
+        fmt::format("nccl::communicator::create_all: {} appears twice in devices: one rank per device", to_string(d)));
+  }
+}
+
+}  // namespace
+
+std::vector<communicator> communicator::create_all(std::span<const device_id> devices) {
+  check_devices(devices);
+  auto backends =
+      devices[0].kind() == device_kind::cuda ? detail::make_nccl_all(devices) : detail::make_emulated_all(devices);
+  std::vector<communicator> ranks;
+  ranks.reserve(devices.size());
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    auto s = std::make_unique<state>();
+    s->backend = std::move(backends[r]);
+    s->rank = static_cast<int>(r);
+    s->size = static_cast<int>(devices.size());
+    s->device = devices[r];
+    ranks.push_back(communicator{std::move(s)});
+  }
+  return ranks;
+}
+
+communicator::communicator(const unique_id& id, int nranks, int rank, device_id device) {
+  SYNCMEM_EXPECTS(nranks >= 1, fmt::format("nccl::communicator: nranks is {}: it must be at least 1", nranks));
+  SYNCMEM_EXPECTS(rank >= 0 && rank < nranks,
+                  fmt::format("nccl::communicator: rank is {}: valid range is [0, {})", rank, nranks));
+  check_device(device);
+  auto s = std::make_unique<state>();
+  s->backend = device.kind() == device_kind::cuda ? detail::make_nccl_rank(id, nranks, rank, device)
+                                                  : detail::make_emulated_rank(id, nranks, rank, device);
+  s->rank = rank;
+  s->size = nranks;
+  s->device = device;
+  state_ = std::move(s);
+}
+
+communicator::communicator(std::unique_ptr<state> s) noexcept : state_{std::move(s)} {}
+
+communicator::~communicator() {
+  if (!state_) return;
+  try {
+    synchronize_device(state_->device);  // nothing of the communicator's may still run
+  } catch (...) {                        // NOLINT(bugprone-empty-catch): the device is gone
+  }
+  for (auto& [resource, registrar] : state_->registered) {
+    if (!registrar->resource_gone()) resource->remove_segment_observer(registrar.get());
+    registrar->release_all();
+  }
+  state_->registered.clear();
+  state_->backend.reset();
+}
+
+communicator::communicator(communicator&& other) noexcept = default;
+communicator& communicator::operator=(communicator&& other) noexcept {
+  if (this != &other) {
+    communicator old{std::move(*this)};
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+communicator::state& communicator::checked(const char* call) const {
+  SYNCMEM_EXPECTS(state_ != nullptr, fmt::format("nccl::communicator::{} on a moved-from communicator", call));
+  return *state_;
+}
+
+int communicator::rank() const { return checked("rank").rank; }
+int communicator::size() const { return checked("size").size; }
+device_id communicator::device() const { return checked("device").device; }
+std::string communicator::to_string() const { return state_ ? state_->name() : "nccl communicator (moved from)"; }
+
+// ==== checks ========================================================================
+
+namespace {
+
+using detail::call;
+using detail::collective;
+
+void check_stream(const communicator& c, const char* name, stream_view s) {
+  SYNCMEM_EXPECTS(s.device() == c.device(),
+                  fmt::format("{}: {}: the stream belongs to {}, expected a stream of {}", c.to_string(), name,
+                              to_string(s.device()), to_string(c.device())));
+}
+
+void check_reduction(const communicator& c, const char* name, dtype type, reduce_op op) {
+  if (type == dtype::bool_ || type == dtype::int16) {
+    SYNCMEM_FAIL(
+        fmt::format("{}: {}: dtype {} has no reduction in NCCL (valid: int8, uint8, int32, int64, float16, "
+                    "bfloat16, float32, float64)",
+                    c.to_string(), name, to_string(type)));
+  }
+  SYNCMEM_EXPECTS(can_reduce(type, op),
+                  fmt::format("{}: {}: op avg needs a floating-point dtype (float16, bfloat16, float32, float64), "
+                              "not {}",
+                              c.to_string(), name, to_string(type)));
+}
+
+void check_rank(const communicator& c, const char* name, const char* what, int r, bool may_be_self) {
+  SYNCMEM_EXPECTS(r >= 0 && r < c.size(),
+                  fmt::format("{}: {}: {} is {}: valid range is [0, {})", c.to_string(), name, what, r, c.size()));
+  SYNCMEM_EXPECTS(may_be_self || r != c.rank(),
+                  fmt::format("{}: {}: {} is {}, this rank itself: give another rank", c.to_string(), name, what, r));
+}
+
+std::size_t checked_bytes(const communicator& c, const char* name, std::size_t count, dtype type,
+                          std::size_t times = 1) {
+  const std::size_t limit = std::numeric_limits<std::size_t>::max() / size_of(type) / times;
+  SYNCMEM_EXPECTS(count <= limit, fmt::format("{}: {}: count {} of {} overflows the size of memory", c.to_string(),
+                                              name, count, to_string(type)));
+  return count * size_of(type) * times;
+}
+
+// A raw pointer of `bytes`: device (or managed) memory of the rank's device,
+// within its allocation.
+void check_pointer(const communicator& c, const char* name, const char* arg, const void* p, std::size_t bytes) {
+  if (bytes == 0) return;
+  SYNCMEM_EXPECTS(p != nullptr, fmt::format("{}: {}: {} is null for {} bytes: give device memory of {}", c.to_string(),
+                                            name, arg, bytes, to_string(c.device())));
+  const auto a = get_pointer_attributes(p);
+  const bool ok = (a.kind == memory_kind::device && a.device == c.device()) || a.kind == memory_kind::managed;
+  SYNCMEM_EXPECTS(
+      ok, fmt::format("{}: {}: {} ({}) is {} memory{}, expected device memory of {}", c.to_string(), name, arg, p,
+                      to_string(a.kind), a.device ? " of " + to_string(*a.device) : "", to_string(c.device())));
+  if (a.size != 0) {
+    const auto* begin = static_cast<const std::byte*>(p);
+    const auto* end = static_cast<const std::byte*>(a.base) + a.size;
+    SYNCMEM_EXPECTS(begin + bytes <= end,
+                    fmt::format("{}: {}: {} ({}) has {} bytes left in its allocation, the call needs {}", c.to_string(),
+                                name, arg, p, end - begin, bytes));
+  }
+}
+
+// [a, a + an) and [b, b + bn) either coincide at `same_at` (b == a + same_at) or are disjoint.
+void check_overlap(const communicator& c, const char* name, const void* a, std::size_t an, const void* b,
+                   std::size_t bn, std::size_t same_at, const char* in_place) {
+  if (an == 0 || bn == 0) return;
+  const auto* x = static_cast<const std::byte*>(a);
+  const auto* y = static_cast<const std::byte*>(b);
+  if (y == x + same_at) return;
+  SYNCMEM_EXPECTS(x + an <= y || y + bn <= x,
+                  fmt::format("{}: {}: send and recv overlap; in place means {}", c.to_string(), name, in_place));
+}
+
+// Orders a device_buffer used on `s` with the buffer's own stream, both ways.
+class buffer_order {
+ public:
+  buffer_order(const device_buffer& b, stream_view s, device_id device) : s_{s} {
+    const auto own = b.stream();
+    if (!own || *own == s) return;
+    own_.emplace(*own);
+    event before{device};
+    before.record(*own);
+    s.wait(before);
+  }
+  buffer_order(const buffer_order&) = delete;
+  buffer_order& operator=(const buffer_order&) = delete;
+  ~buffer_order() = default;
+  // After the call: the buffer's stream waits for it once it is on `s`
+  // (at the end of the thread's nccl::group, if one is open).
+  void done(device_id device) const {
+    if (!own_) return;
+    detail::after_enqueued([device, s = s_, own = *own_] {
+      event after{device};
+      after.record(s);
+      own.wait(after);
+    });
+  }
+
+ private:
+  stream_view s_;
+  std::optional<stream_view> own_;
+};
+
+std::size_t elements(const communicator& c, const char* name, const char* arg, const device_buffer& b, dtype type) {
+  if (b.size() > 0) {
+    const auto* resource = b.memory_resource();
+    SYNCMEM_EXPECTS(resource != nullptr && resource->device() == c.device(),
+                    fmt::format("{}: {}: {} is {}, expected a buffer of {}", c.to_string(), name, arg, b.to_string(),
+                                to_string(c.device())));
+  }
+  SYNCMEM_EXPECTS(b.size() % size_of(type) == 0,
+                  fmt::format("{}: {}: {} has {} bytes, not a whole number of {} elements ({} bytes each)",
+                              c.to_string(), name, arg, b.size(), to_string(type), size_of(type)));
+  return b.size() / size_of(type);
+}
+
+void check_tensor(const communicator& c, const char* name, const char* arg, const tensor& t) {
+  SYNCMEM_EXPECTS(t.has_storage(), fmt::format("{}: {}: {} has no storage", c.to_string(), name, arg));
+  SYNCMEM_EXPECTS(t.device() == c.device(), fmt::format("{}: {}: {} is {}, expected a tensor on {}", c.to_string(),
+                                                        name, arg, t.to_string(), to_string(c.device())));
+}
+
+void check_same_dtype(const communicator& c, const char* name, const tensor& send, const tensor& recv) {
+  SYNCMEM_EXPECTS(send.dtype() == recv.dtype(),
+                  fmt::format("{}: {}: recv is {}, expected {} (send's dtype)", c.to_string(), name,
+                              to_string(recv.dtype()), to_string(send.dtype())));
+}
+
+// The shapes of `size` stacked `part`s: (size × n, ...) and (size, n, ...).
+std::pair<shape, shape> stacked(const shape& part, int size) {
+  std::vector<std::int64_t> outer{size};
+  const auto e = part.extents();
+  outer.insert(outer.end(), e.begin(), e.end());
+  shape merged{outer};
+  if (part.num_axes() > 0) merged = part.with_extent(0, part[0] * size);
+  return {merged, shape{outer}};
+}
+
+void check_stacked(const communicator& c, const char* name, const char* whole_arg, const tensor& whole,
+                   const char* part_arg, const tensor& part) {
+  const auto [merged, outer] = stacked(part.shape(), c.size());
+  SYNCMEM_EXPECTS(whole.shape() == merged || whole.shape() == outer,
+                  fmt::format("{}: {}: {} has shape {}, expected {} or {} ({} ranks of {}'s shape {})", c.to_string(),
+                              name, whole_arg, whole.shape().to_string(), merged.to_string(), outer.to_string(),
+                              c.size(), part_arg, part.shape().to_string()));
+}
+
+void check_tensor_overlap(const communicator& c, const char* name, const tensor& send, const tensor& recv,
+                          std::size_t same_at, const char* in_place) {
+  if (!send.shares_storage_with(recv)) return;
+  const std::size_t a = send.storage_offset();
+  const std::size_t b = recv.storage_offset();
+  if (send.nbytes() == 0 || recv.nbytes() == 0 || b == a + same_at) return;
+  SYNCMEM_EXPECTS(
+      a + send.nbytes() <= b || b + recv.nbytes() <= a,
+      fmt::format("{}: {}: send and recv overlap in one storage; in place means {}", c.to_string(), name, in_place));
+}
+
+}  // namespace
+
+// ==== raw device memory ===========================================================
+
+// The checks every form shares, then the call. Buffers and tensors know their
+// memory already: only raw pointers are looked up (pointer_known false).
+void communicator::submit(const detail::call& c, stream_view s, bool pointers_known) {
+  auto& st = checked(detail::to_string(c.kind));
+  const char* name = detail::to_string(c.kind);
+  check_stream(*this, name, s);
+  const auto n = static_cast<std::size_t>(st.size);
+  const std::size_t bytes = checked_bytes(*this, name, c.count, c.type);
+  auto pointer = [&](const char* arg, const void* p, std::size_t size) {
+    if (!pointers_known) check_pointer(*this, name, arg, p, size);
+  };
+  detail::call out = c;
+  switch (c.kind) {
+    case collective::all_reduce:
+      check_reduction(*this, name, c.type, c.op);
+      pointer("send", c.send, bytes);
+      pointer("recv", c.recv, bytes);
+      check_overlap(*this, name, c.send, bytes, c.recv, bytes, 0, "send == recv");
+      break;
+    case collective::broadcast:
+      check_rank(*this, name, "root", c.peer, true);
+      if (st.rank == c.peer) {
+        pointer("send", c.send, bytes);
+        check_overlap(*this, name, c.send, bytes, c.recv, bytes, 0, "send == recv");
+      } else if (c.send == nullptr) {
+        out.send = c.recv;  // read on the root only
+      }
+      pointer("recv", c.recv, bytes);
+      break;
+    case collective::all_gather: {
+      const std::size_t total = checked_bytes(*this, name, c.count, c.type, n);
+      pointer("send", c.send, bytes);
+      pointer("recv", c.recv, total);
+      check_overlap(*this, name, c.recv, total, c.send, bytes, bytes * static_cast<std::size_t>(st.rank),
+                    "send == recv + rank() * send_count elements");
+      break;
+    }
+    case collective::reduce_scatter: {
+      check_reduction(*this, name, c.type, c.op);
+      const std::size_t total = checked_bytes(*this, name, c.count, c.type, n);
+      pointer("send", c.send, total);
+      pointer("recv", c.recv, bytes);
+      check_overlap(*this, name, c.send, total, c.recv, bytes, bytes * static_cast<std::size_t>(st.rank),
+                    "recv == send + rank() * recv_count elements");
+      break;
+    }
+    case collective::send:
+      check_rank(*this, name, "peer", c.peer, false);
+      pointer("buffer", c.send, bytes);
+      break;
+    case collective::recv:
+      check_rank(*this, name, "peer", c.peer, false);
+      pointer("buffer", c.recv, bytes);
+      break;
+  }
+  st.backend->enqueue(out, s);
+}
+
+void communicator::all_reduce(const void* send, void* recv, std::size_t count, dtype type, reduce_op op,
+                              stream_view s) {
+  submit({collective::all_reduce, send, recv, count, type, op, 0}, s, false);
+}
+
+void communicator::broadcast(const void* send, void* recv, std::size_t count, dtype type, int root, stream_view s) {
+  submit({collective::broadcast, send, recv, count, type, reduce_op::sum, root}, s, false);
+}
+
+void communicator::all_gather(const void* send, void* recv, std::size_t send_count, dtype type, stream_view s) {
+  submit({collective::all_gather, send, recv, send_count, type, reduce_op::sum, 0}, s, false);
+}
+
+void communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, dtype type, reduce_op op,
+                                  stream_view s) {
+  submit({collective::reduce_scatter, send, recv, recv_count, type, op, 0}, s, false);
+}
+
+void communicator::send(const void* buffer, std::size_t count, dtype type, int peer, stream_view s) {
+  submit({collective::send, buffer, nullptr, count, type, reduce_op::sum, peer}, s, false);
+}
+
+void communicator::recv(void* buffer, std::size_t count, dtype type, int peer, stream_view s) {
+  submit({collective::recv, nullptr, buffer, count, type, reduce_op::sum, peer}, s, false);
+}
+
+// ==== device buffers ================================================================
+
+void communicator::all_reduce(const device_buffer& send, device_buffer& recv, dtype type, reduce_op op, stream_view s) {
+  const auto device = this->device();
+  const std::size_t n = elements(*this, "all_reduce", "send", send, type);
+  const std::size_t m = elements(*this, "all_reduce", "recv", recv, type);
+  SYNCMEM_EXPECTS(n == m, fmt::format("{}: all_reduce: recv has {} {} elements, expected {} (send's)", to_string(), m,
+                                      syncmem::to_string(type), n));
+  check_stream(*this, "all_reduce", s);
+  buffer_order a{send, s, device};
+  buffer_order b{recv, s, device};
+  submit({collective::all_reduce, send.data(), recv.data(), n, type, op, 0}, s, true);
+  a.done(device);
+  b.done(device);
+}
+
+void communicator::broadcast(device_buffer& buffer, dtype type, int root, stream_view s) {
+  const auto device = this->device();
+  const std::size_t n = elements(*this, "broadcast", "buffer", buffer, type);
+  check_stream(*this, "broadcast", s);
+  buffer_order a{buffer, s, device};
+  submit({collective::broadcast, buffer.data(), buffer.data(), n, type, reduce_op::sum, root}, s, true);
+  a.done(device);
+}
+
+void communicator::all_gather(const device_buffer& send, device_buffer& recv, dtype type, stream_view s) {
+  const auto device = this->device();
+  const std::size_t n = elements(*this, "all_gather", "send", send, type);
+  const std::size_t m = elements(*this, "all_gather", "recv", recv, type);
+  SYNCMEM_EXPECTS(
+      m == n * static_cast<std::size_t>(size()),
+      fmt::format("{}: all_gather: recv has {} {} elements, expected {} ({} ranks of send's {})", to_string(), m,
+                  syncmem::to_string(type), n * static_cast<std::size_t>(size()), size(), n));
+  check_stream(*this, "all_gather", s);
+  buffer_order a{send, s, device};
+  buffer_order b{recv, s, device};
+  submit({collective::all_gather, send.data(), recv.data(), n, type, reduce_op::sum, 0}, s, true);
+  a.done(device);
+  b.done(device);
+}
+
+void communicator::reduce_scatter(const device_buffer& send, device_buffer& recv, dtype type, reduce_op op,
+                                  stream_view s) {
+  const auto device = this->device();
+  const std::size_t n = elements(*this, "reduce_scatter", "send", send, type);
+  const std::size_t m = elements(*this, "reduce_scatter", "recv", recv, type);
+  SYNCMEM_EXPECTS(
+      n == m * static_cast<std::size_t>(size()),
+      fmt::format("{}: reduce_scatter: send has {} {} elements, expected {} ({} ranks of recv's {})", to_string(), n,
+                  syncmem::to_string(type), m * static_cast<std::size_t>(size()), size(), m));
+  check_stream(*this, "reduce_scatter", s);
+  buffer_order a{send, s, device};
+  buffer_order b{recv, s, device};
+  submit({collective::reduce_scatter, send.data(), recv.data(), m, type, op, 0}, s, true);
+  a.done(device);
+  b.done(device);
+}
+
+void communicator::send(const device_buffer& buffer, dtype type, int peer, stream_view s) {
+  const auto device = this->device();
+  const std::size_t n = elements(*this, "send", "buffer", buffer, type);
+  check_stream(*this, "send", s);
+  buffer_order a{buffer, s, device};
+  submit({collective::send, buffer.data(), nullptr, n, type, reduce_op::sum, peer}, s, true);
+  a.done(device);
+}
+
+void communicator::recv(device_buffer& buffer, dtype type, int peer, stream_view s) {
+  const auto device = this->device();
+  const std::size_t n = elements(*this, "recv", "buffer", buffer, type);
+  check_stream(*this, "recv", s);
+  buffer_order a{buffer, s, device};
+  submit({collective::recv, nullptr, buffer.data(), n, type, reduce_op::sum, peer}, s, true);
+  a.done(device);
+}
+
+// ==== tensors ==========================================================================
+
+void communicator::all_reduce(const tensor& send, tensor& recv, reduce_op op, stream_view s) {
+  check_tensor(*this, "all_reduce", "send", send);
+  check_tensor(*this, "all_reduce", "recv", recv);
+  check_same_dtype(*this, "all_reduce", send, recv);
+  SYNCMEM_EXPECTS(send.shape() == recv.shape(),
+                  fmt::format("{}: all_reduce: recv has shape {}, expected {} (send's shape)", to_string(),
+                              recv.shape().to_string(), send.shape().to_string()));
+  check_tensor_overlap(*this, "all_reduce", send, recv, 0, "the same tensor");
+  check_stream(*this, "all_reduce", s);
+  check_reduction(*this, "all_reduce", send.dtype(), op);
+  const void* in = send.device_data(s);
+  void* out = recv.mutable_device_data(s);
+  submit({collective::all_reduce, in, out, send.numel(), send.dtype(), op, 0}, s, true);
+}
+
+void communicator::all_reduce(tensor& t, reduce_op op, stream_view s) {
+  check_tensor(*this, "all_reduce", "t", t);
+  check_stream(*this, "all_reduce", s);
+  check_reduction(*this, "all_reduce", t.dtype(), op);
+  void* p = t.mutable_device_data(s);
+  submit({collective::all_reduce, p, p, t.numel(), t.dtype(), op, 0}, s, true);
+}
+
+void communicator::broadcast(tensor& t, int root, stream_view s) {
+  check_tensor(*this, "broadcast", "t", t);
+  check_stream(*this, "broadcast", s);
+  check_rank(*this, "broadcast", "root", root, true);
+  void* p = t.mutable_device_data(s);  // the root's contents are brought to the device too
+  submit({collective::broadcast, p, p, t.numel(), t.dtype(), reduce_op::sum, root}, s, true);
+}
+
+void communicator::all_gather(const tensor& send, tensor& recv, stream_view s) {
+  check_tensor(*this, "all_gather", "send", send);
+  check_tensor(*this, "all_gather", "recv", recv);
+  check_same_dtype(*this, "all_gather", send, recv);
+  check_stacked(*this, "all_gather", "recv", recv, "send", send);
+  check_tensor_overlap(*this, "all_gather", recv, send, send.nbytes() * static_cast<std::size_t>(rank()),
+                       "send is slice rank() of recv");
+  check_stream(*this, "all_gather", s);
+  const void* in = send.device_data(s);
+  void* out = recv.mutable_device_data(s);
+  submit({collective::all_gather, in, out, send.numel(), send.dtype(), reduce_op::sum, 0}, s, true);
+}
+
+void communicator::reduce_scatter(const tensor& send, tensor& recv, reduce_op op, stream_view s) {
+  check_tensor(*this, "reduce_scatter", "send", send);
+  check_tensor(*this, "reduce_scatter", "recv", recv);
+  check_same_dtype(*this, "reduce_scatter", send, recv);
+  check_stacked(*this, "reduce_scatter", "send", send, "recv", recv);
+  check_tensor_overlap(*this, "reduce_scatter", send, recv, recv.nbytes() * static_cast<std::size_t>(rank()),
+                       "recv is slice rank() of send");
+  check_stream(*this, "reduce_scatter", s);
+  check_reduction(*this, "reduce_scatter", send.dtype(), op);
+  const void* in = send.device_data(s);
+  void* out = recv.mutable_device_data(s);
+  submit({collective::reduce_scatter, in, out, recv.numel(), send.dtype(), op, 0}, s, true);
+}
+
+void communicator::send(const tensor& t, int peer, stream_view s) {
+  check_tensor(*this, "send", "t", t);
+  check_stream(*this, "send", s);
+  check_rank(*this, "send", "peer", peer, false);
+  submit({collective::send, t.device_data(s), nullptr, t.numel(), t.dtype(), reduce_op::sum, peer}, s, true);
+}
+
+void communicator::recv(tensor& t, int peer, stream_view s) {
+  check_tensor(*this, "recv", "t", t);
+  check_stream(*this, "recv", s);
+  check_rank(*this, "recv", "peer", peer, false);
+  // Every byte is overwritten: no upload of a stale host side is needed.
+  submit({collective::recv, nullptr, t.mutable_device_data(s), t.numel(), t.dtype(), reduce_op::sum, peer}, s, true);
+}
+
+// ==== registration ====================================================================
+
+void communicator::register_segments(mr::caching_resource& resource) {
+  auto& st = checked("register_segments");
+  SYNCMEM_EXPECTS(resource.device() == st.device,
+                  fmt::format("{}: register_segments: {} belongs to another device", st.name(), resource.name()));
+  for (const auto& [r, registrar] : st.registered) {
+    SYNCMEM_EXPECTS(r != &resource,
+                    fmt::format("{}: register_segments: {} is registered already", st.name(), resource.name()));
+  }
+  auto registrar = std::make_shared<segment_registrar>(*st.backend, st.name());
+  st.registered.emplace_back(&resource, registrar);
+  try {
+    resource.add_segment_observer(registrar);
+  } catch (...) {
+    st.registered.pop_back();
+    registrar->release_all();
+    throw;
+  }
+}
+
+void communicator::unregister_segments(mr::caching_resource& resource) {
+  auto& st = checked("unregister_segments");
+  const auto it = std::find_if(st.registered.begin(), st.registered.end(),
+                               [&resource](const auto& entry) { return entry.first == &resource; });
+  SYNCMEM_EXPECTS(it != st.registered.end(),
+                  fmt::format("{}: unregister_segments: {} was not registered", st.name(), resource.name()));
+  if (!it->second->resource_gone()) resource.remove_segment_observer(it->second.get());
+  synchronize_device(st.device);  // collectives still running may use the registration
+  it->second->release_all();
+  const auto done = it->second->statistics();
+  st.retired.registrations += done.registrations;
+  st.retired.deregistrations += done.deregistrations;
+  st.retired.failures += done.failures;
+  st.registered.erase(it);
+}
+
+registration_statistics communicator::registrations() const {
+  const auto& st = checked("registrations");
+  registration_statistics total = st.retired;
+  for (const auto& [resource, registrar] : st.registered) {
+    const auto r = registrar->statistics();
+    total.segments += r.segments;
+    total.bytes += r.bytes;
+    total.registrations += r.registrations;
+    total.deregistrations += r.deregistrations;
+    total.failures += r.failures;
+  }
+  return total;
+}
+
+}  // namespace syncmem::nccl

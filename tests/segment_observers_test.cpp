@@ -1,0 +1,135 @@
+// A caching_resource's segment observers (mr/segment_observer.hpp): told of
+// every ordinary segment when added, of each segment obtained, and of each
+// segment before it is given back, while its memory is still the device's.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "syncmem/memory_kind.hpp"
+#include "syncmem/mr/caching_resource.hpp"
+#include "syncmem/mr/segment_observer.hpp"
+#include "syncmem/stream.hpp"
+#include "test_support.hpp"
+
+namespace syncmem::test {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// Records what it is told, and whether released memory was still device memory then.
+class recording_observer final : public mr::segment_observer {
+ public:
+  explicit recording_observer(device_id device) : device_{device} {}
+  void segment_added(void* base, std::size_t bytes) noexcept override {
+    std::lock_guard lock{mutex_};
+    if (!live_.emplace(reinterpret_cast<std::uintptr_t>(base), bytes).second) problems_.push_back("added twice");
+    ++added_;
+  }
+  void segment_releasing(void* base, std::size_t bytes) noexcept override {
+    std::lock_guard lock{mutex_};
+    const auto it = live_.find(reinterpret_cast<std::uintptr_t>(base));
+    if (it == live_.end() || it->second != bytes) problems_.push_back("released a segment never added");
+    if (it != live_.end()) live_.erase(it);
+    try {
+      const auto a = get_pointer_attributes(base);
+      if (a.kind != memory_kind::device || a.device != device_) problems_.push_back("released after it was freed");
+    } catch (...) {
+      problems_.push_back("released after it was freed");
+    }
+    ++released_;
+  }
+  void resource_destroyed() noexcept override { destroyed_ = true; }
+  [[nodiscard]] bool destroyed() const { return destroyed_; }
+  [[nodiscard]] std::map<std::uintptr_t, std::size_t> live() const {
+    std::lock_guard lock{mutex_};
+    return live_;
+  }
+  [[nodiscard]] int added() const { return added_; }
+  [[nodiscard]] int released() const { return released_; }
+  [[nodiscard]] std::vector<std::string> problems() const {
+    std::lock_guard lock{mutex_};
+    return problems_;
+  }
+  // Whether [p, p + bytes) lies within one segment it was told of.
+  [[nodiscard]] bool covers(const void* p, std::size_t bytes) const {
+    std::lock_guard lock{mutex_};
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    for (const auto& [base, size] : live_) {
+      if (at >= base && at + bytes <= base + size) return true;
+    }
+    return false;
+  }
+
+ private:
+  device_id device_;
+  mutable std::mutex mutex_;
+  std::map<std::uintptr_t, std::size_t> live_;
+  std::vector<std::string> problems_;
+  int added_ = 0;
+  int released_ = 0;
+  bool destroyed_ = false;
+};
+
+template <class Kind>
+class segment_observers_test : public device_test<Kind> {};
+TYPED_TEST_SUITE(segment_observers_test, device_kinds, device_kind_names);
+
+TYPED_TEST(segment_observers_test, SeesEverySegmentComeAndGoWhileItIsStillValid) {
+  const auto device = this->dev();
+  auto s = default_stream(device);
+  auto observer = std::make_shared<recording_observer>(device);
+  {
+    mr::caching_resource resource{device, mr::caching_options::parse("thread_cache_mb:0")};
+    void* before = resource.allocate(3 * MiB, s);  // a segment held before the observer comes
+    resource.add_segment_observer(observer);
+    EXPECT_EQ(observer->added(), 1);
+    EXPECT_TRUE(observer->covers(before, 3 * MiB));
+
+    std::vector<std::pair<void*, std::size_t>> blocks;
+    for (const std::size_t bytes : {512 * std::size_t{1}, 64 * std::size_t{1} << 10, 5 * MiB, 17 * MiB}) {
+      blocks.emplace_back(resource.allocate(bytes, s), bytes);
+      EXPECT_TRUE(observer->covers(blocks.back().first, bytes)) << bytes << " bytes";
+    }
+    EXPECT_EQ(static_cast<std::uint64_t>(observer->live().size()), resource.statistics().segments);
+
+    for (auto [p, bytes] : blocks) resource.deallocate(p, bytes, s);
+    resource.empty_cache();  // every segment but the one `before` lies in goes back
+    EXPECT_EQ(observer->live().size(), 1U);
+    EXPECT_TRUE(observer->covers(before, 3 * MiB));
+    EXPECT_EQ(observer->added() - observer->released(), 1);
+    resource.deallocate(before, 3 * MiB, s);
+    void* again = resource.allocate(3 * MiB, s);  // from the cached segment: nothing new
+    EXPECT_EQ(observer->live().size(), 1U);
+    resource.deallocate(again, 3 * MiB, s);
+    EXPECT_FALSE(observer->destroyed());
+  }  // the destructor releases the last one, telling the observer first
+  EXPECT_TRUE(observer->destroyed());
+  EXPECT_TRUE(observer->live().empty());
+  EXPECT_EQ(observer->added(), observer->released());
+  EXPECT_THAT(observer->problems(), ::testing::IsEmpty());
+}
+
+TYPED_TEST(segment_observers_test, RemovedObserversHearNothing) {
+  const auto device = this->dev();
+  auto s = default_stream(device);
+  mr::caching_resource resource{device};
+  auto observer = std::make_shared<recording_observer>(device);
+  resource.add_segment_observer(observer);
+  EXPECT_TRUE(resource.remove_segment_observer(observer.get()));
+  EXPECT_FALSE(resource.remove_segment_observer(observer.get()));
+  void* p = resource.allocate(9 * MiB, s);
+  resource.deallocate(p, 9 * MiB, s);
+  resource.empty_cache();
+  EXPECT_EQ(observer->added(), 0);
+  EXPECT_EQ(observer->released(), 0);
+  EXPECT_THROW(resource.add_segment_observer(nullptr), logic_error);
+}
+
+}  // namespace
+}  // namespace syncmem::test
