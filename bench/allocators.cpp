@@ -10,6 +10,8 @@
 //   alloc/churn/<method>/64slots     random allocate or free over 64 slots, 256 B..16 MiB (per op)
 //   alloc/threads/<method>/<n>threads  64 KiB pairs, each thread on its own stream (items_per_second: pairs/s)
 //   alloc/replay/<method>/<trace>    a whole trace; counters peak_reserved, peak_allocated, peak_ratio, ns_per_op
+//     traces: training, mixed, synthetic (generated); gpt2, resnet50, infer
+//     (recorded from PyTorch programs by bench/python/torch_workloads.py)
 //
 // Methods: caching, caching_expandable (ours); cudaMalloc, cudaMallocAsync,
 // pytorch (CUDA; or pytorch_expandable with SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1,
@@ -369,6 +371,11 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
       name.c_str(),
       [m, device, trace](benchmark::State& state) {
         guarded(state, [&] {
+          const auto total = get_memory_info(device).total;
+          if (trace->peak_requested() > total) {
+            SYNCMEM_UNSUPPORTED(fmt::format("the trace needs {} MiB live, more than the device's {} MiB",
+                                            trace->peak_requested() >> 20, total >> 20));
+          }
           peaks p;
           std::chrono::steady_clock::duration replaying{};
           for (auto _ : state) {
@@ -405,23 +412,33 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
       ->Unit(benchmark::kMillisecond);
 }
 
-// The generated traces, and those named in SYNCMEM_BENCH_TRACES
-// (comma-separated files written by mr::logging_adaptor).
+// The generated traces, the real ones committed in bench/traces (unpacked
+// into the build tree at configure time), and those named in
+// SYNCMEM_BENCH_TRACES (comma-separated files in the replay format or
+// written by mr::logging_adaptor).
 std::vector<std::shared_ptr<const allocation_trace>> traces_for(const options& o) {
   const auto memory = get_memory_info(o.first()).total;
   std::vector<std::shared_ptr<const allocation_trace>> traces;
   traces.push_back(std::make_shared<const allocation_trace>(training_trace(memory, o.quick)));
   traces.push_back(std::make_shared<const allocation_trace>(mixed_trace(memory, o.quick)));
-  if (const char* files = std::getenv("SYNCMEM_BENCH_TRACES"); files != nullptr && *files != '\0') {
-    std::stringstream list{files};
+  traces.push_back(std::make_shared<const allocation_trace>(synthetic_trace(memory, o.quick)));
+  std::vector<std::string> files;
+#ifdef SYNCMEM_BENCH_TRACE_DIR
+  if (std::filesystem::is_directory(SYNCMEM_BENCH_TRACE_DIR)) {
+    for (const auto& entry : std::filesystem::directory_iterator{SYNCMEM_BENCH_TRACE_DIR}) {
+      if (entry.path().extension() == ".replay") files.push_back(entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  }
+#endif
+  if (const char* list = std::getenv("SYNCMEM_BENCH_TRACES"); list != nullptr && *list != '\0') {
+    std::stringstream names{list};
     std::string path;
-    while (std::getline(list, path, ',')) {
-      if (path.empty()) continue;
-      const auto stem = std::filesystem::path{path}.stem().string();
-      traces.push_back(
-          std::make_shared<const allocation_trace>(from_events(stem, mr::logging_adaptor::read_trace_file(path))));
+    while (std::getline(names, path, ',')) {
+      if (!path.empty()) files.push_back(path);
     }
   }
+  for (const auto& path : files) traces.push_back(std::make_shared<const allocation_trace>(load_trace_file(path)));
   return traces;
 }
 
