@@ -13,7 +13,7 @@
 //     traces: training, mixed, synthetic (generated); gpt2, resnet50, infer
 //     (recorded from PyTorch programs by bench/python/torch_workloads.py)
 //
-// Methods: caching, caching_expandable (ours); cudaMalloc, cudaMallocAsync,
+// Methods: caching, caching_expandable, caching_expandable_lazy (grow_from_idle:0) (ours); cudaMalloc, cudaMallocAsync,
 // pytorch (CUDA; or pytorch_expandable with SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1,
 // in a process of its own), rmm_pool, rmm_arena, rmm_binning, rmm_cuda_async
 // (CUDA, where RMM is found); emulated, emulated_async (emulated).
@@ -194,6 +194,14 @@ std::vector<method> methods_for(device_id device) {
                            std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1")),
                            false);
                      }});
+  // The growable range as it grew before grow_from_idle: idle pages move only
+  // when they are a quarter of the reserve.
+  methods.push_back(
+      {"caching_expandable_lazy", [](device_id d, bool) {
+         return std::make_unique<resource_under_test>(
+             std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1,grow_from_idle:0")),
+             false);
+       }});
   if (device.kind() == device_kind::cuda) {
     methods.push_back({"cudaMalloc", [](device_id d, bool replay) {
                          return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_resource>(d), replay);
