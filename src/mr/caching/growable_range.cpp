@@ -172,19 +172,8 @@ bool growable_range::map_pages(std::uintptr_t at, std::vector<handle>& handles, 
     handles.push_back(h);
     reserved_.add(page);
   }
-  std::size_t mapped = 0;
-  try {
-    for (; mapped < count; ++mapped) {
-      backend_.vmm_map(index_, reinterpret_cast<void*>(at + mapped * page), page, handles[mapped]);
-      pages_[first_page + mapped] = handles[mapped];
-    }
-  } catch (...) {
-    for (std::size_t i = 0; i < mapped; ++i) {
-      backend_.vmm_unmap(index_, reinterpret_cast<void*>(at + i * page), page);
-      pages_[first_page + i] = 0;
-    }
-    throw;
-  }
+  backend_.vmm_map_pages(index_, reinterpret_cast<void*>(at), page, handles.data(), count);
+  std::copy(handles.begin(), handles.end(), pages_.begin() + static_cast<std::ptrdiff_t>(first_page));
   mapped_pages_ += count;
   return true;
 }
