@@ -59,8 +59,9 @@ struct caching_options {
   /// needs, before mapping new memory, whatever their share of the reserve.
   /// Keeps what is reserved within a few pages of what is in use at its
   /// peak, at the cost of a device synchronisation and remapping on those
-  /// growths. Off, idle pages move only when they are a quarter of the reserve.
-  bool grow_from_idle = true;
+  /// growths (see docs/allocator.md for what that costs). Off, idle pages
+  /// move only when they are a quarter of the reserve.
+  bool grow_from_idle = false;
 
   /// @brief Parses `text` (see the class comment). `source` names where the
   /// text came from in error messages.
@@ -73,7 +74,7 @@ struct caching_options {
   [[nodiscard]] static std::optional<std::string> environment_text();
 
   /// @brief Every key with its value, in a form parse() reads back:
-  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1,grow_from_idle:1".
+  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1,grow_from_idle:0".
   [[nodiscard]] std::string to_string() const;
 
   friend bool operator==(const caching_options&, const caching_options&) = default;
