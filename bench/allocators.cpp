@@ -416,9 +416,9 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
 }
 
 // The generated traces, the real ones committed in bench/traces (unpacked
-// into the build tree at configure time), and those named in
-// SYNCMEM_BENCH_TRACES (comma-separated files in the replay format or
-// written by mr::logging_adaptor).
+// into the build tree at configure time; not in a quick run, as their size
+// is fixed), and those named in SYNCMEM_BENCH_TRACES (comma-separated files
+// in the replay format or written by mr::logging_adaptor).
 std::vector<std::shared_ptr<const allocation_trace>> traces_for(const options& o) {
   const auto memory = get_memory_info(o.first()).total;
   std::vector<std::shared_ptr<const allocation_trace>> traces;
@@ -427,7 +427,7 @@ std::vector<std::shared_ptr<const allocation_trace>> traces_for(const options& o
   traces.push_back(std::make_shared<const allocation_trace>(synthetic_trace(memory, o.quick)));
   std::vector<std::string> files;
 #ifdef SYNCMEM_BENCH_TRACE_DIR
-  if (std::filesystem::is_directory(SYNCMEM_BENCH_TRACE_DIR)) {
+  if (!o.quick && std::filesystem::is_directory(SYNCMEM_BENCH_TRACE_DIR)) {
     for (const auto& entry : std::filesystem::directory_iterator{SYNCMEM_BENCH_TRACE_DIR}) {
       if (entry.path().extension() == ".replay") files.push_back(entry.path().string());
     }
