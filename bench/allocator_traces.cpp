@@ -1,9 +1,17 @@
 #include "allocator_traces.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <string_view>
 #include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "syncmem/error.hpp"
 
 namespace syncmem::bench {
 
@@ -11,6 +19,7 @@ namespace {
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = KiB * KiB;
+constexpr std::string_view replay_format_line = "# syncmem.replay/1";
 
 // Device memory relative to an 80 GiB GPU, which the traces are written for.
 double scale_for(std::size_t device_memory) {
@@ -140,6 +149,116 @@ allocation_trace mixed_trace(std::size_t device_memory, bool quick) {
     if (live[slot] != 0) t.ops.push_back({slot, false, live[slot]});
   }
   return t;
+}
+
+allocation_trace synthetic_trace(std::size_t device_memory, bool quick) {
+  const double f = scale_for(device_memory);
+  allocation_trace t;
+  t.name = "synthetic";
+  recorder r{t};
+  std::mt19937_64 random{29};
+  std::uniform_real_distribution<double> unit{0.0, 1.0};
+  const double low = 256.0;
+  const double high = std::max(4.0 * MiB, 256.0 * MiB * f);
+  const auto live_target = static_cast<std::size_t>(8.0 * 1024 * MiB * f);
+  auto next_size = [&] {
+    return static_cast<std::size_t>(std::exp(std::log(low) + unit(random) * (std::log(high) - std::log(low))));
+  };
+  std::vector<std::pair<std::uint32_t, std::size_t>> live;
+  std::size_t live_bytes = 0;
+  std::size_t next = next_size();
+  const std::size_t steps = quick ? 20'000 : 200'000;
+  while (t.ops.size() < steps) {
+    if (live_bytes + next <= live_target || live.empty()) {
+      live.emplace_back(r.allocate(next), next);
+      live_bytes += next;
+      next = next_size();
+    } else {
+      const std::size_t i = random() % live.size();
+      r.free(live[i].first);
+      live_bytes -= live[i].second;
+      live[i] = live.back();
+      live.pop_back();
+    }
+  }
+  for (const auto& [slot, bytes] : live) r.free(slot);
+  return t;
+}
+
+allocation_trace read_replay_trace(std::string name, std::istream& in) {
+  allocation_trace t;
+  t.name = std::move(name);
+  std::vector<std::size_t> sizes;
+  std::string line;
+  std::size_t number = 0;
+  auto fail = [&](std::string_view what) {
+    SYNCMEM_FAIL(fmt::format("replay trace '{}', line {}: {} (\"{}\")", t.name, number, what, line));
+  };
+  auto parse = [&](std::string_view text, auto& value) {
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc{} || end != text.data() + text.size()) fail("expected a number");
+  };
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++number;
+    if (number == 1) {
+      if (line != replay_format_line) fail(fmt::format("the first line must be \"{}\"", replay_format_line));
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    const std::string_view text{line};
+    if (!header) {
+      std::uint32_t slots = 0;
+      std::size_t ops = 0;
+      const auto ops_at = text.find(" ops ");
+      if (!text.starts_with("slots ") || ops_at == std::string_view::npos) fail("expected \"slots N ops M\"");
+      parse(text.substr(6, ops_at - 6), slots);
+      parse(text.substr(ops_at + 5), ops);
+      t.slots = slots;
+      sizes.assign(slots, 0);
+      t.ops.reserve(ops);
+      header = true;
+      continue;
+    }
+    std::uint32_t slot = 0;
+    if (text[0] == '+') {
+      const auto space = text.find(' ');
+      if (space == std::string_view::npos) fail("expected \"+slot size\"");
+      std::size_t size = 0;
+      parse(text.substr(1, space - 1), slot);
+      parse(text.substr(space + 1), size);
+      if (slot >= t.slots) fail(fmt::format("slot {} is past the {} slots declared", slot, t.slots));
+      if (sizes[slot] != 0) fail(fmt::format("slot {} is allocated twice", slot));
+      if (size == 0) fail("an allocation of 0 bytes");
+      sizes[slot] = size;
+      t.ops.push_back({slot, true, size});
+    } else if (text[0] == '-') {
+      parse(text.substr(1), slot);
+      if (slot >= t.slots || sizes[slot] == 0) fail(fmt::format("slot {} is freed but not allocated", slot));
+      t.ops.push_back({slot, false, sizes[slot]});
+      sizes[slot] = 0;
+    } else {
+      fail("expected \"+slot size\" or \"-slot\"");
+    }
+  }
+  if (!header) fail("no \"slots N ops M\" line");
+  for (std::uint32_t slot = 0; slot < t.slots; ++slot) {
+    if (sizes[slot] != 0) t.ops.push_back({slot, false, sizes[slot]});
+  }
+  return t;
+}
+
+allocation_trace load_trace_file(const std::string& path) {
+  std::ifstream in{path};
+  SYNCMEM_EXPECTS(in.good(), fmt::format("allocation trace '{}' cannot be opened", path));
+  std::string first;
+  std::getline(in, first);
+  auto stem = std::filesystem::path{path}.stem().string();
+  if (first == replay_format_line) {
+    in.seekg(0);
+    return read_replay_trace(std::move(stem), in);
+  }
+  return from_events(std::move(stem), mr::logging_adaptor::read_trace_file(path));
 }
 
 allocation_trace from_events(std::string name, const std::vector<mr::trace_event>& events) {

@@ -10,11 +10,13 @@
 //   alloc/churn/<method>/64slots     random allocate or free over 64 slots, 256 B..16 MiB (per op)
 //   alloc/threads/<method>/<n>threads  64 KiB pairs, each thread on its own stream (items_per_second: pairs/s)
 //   alloc/replay/<method>/<trace>    a whole trace; counters peak_reserved, peak_allocated, peak_ratio, ns_per_op
+//     traces: training, mixed, synthetic (generated); gpt2, resnet50, infer
+//     (recorded from PyTorch programs by bench/python/torch_workloads.py)
 //
-// Methods: caching, caching_expandable (ours); cudaMalloc, cudaMallocAsync,
-// pytorch (CUDA; or pytorch_expandable with SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1,
-// in a process of its own), rmm_pool, rmm_arena, rmm_binning, rmm_cuda_async
-// (CUDA, where RMM is found); emulated, emulated_async (emulated).
+// Methods: caching, caching_expandable, caching_expandable_from_idle (grow_from_idle:1) (ours); cudaMalloc,
+// cudaMallocAsync, pytorch (CUDA; or pytorch_expandable with SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1, in a process of its
+// own), rmm_pool, rmm_arena, rmm_binning, rmm_cuda_async (CUDA, where RMM is found); emulated, emulated_async
+// (emulated).
 
 #include <benchmark/benchmark.h>
 
@@ -114,7 +116,7 @@ class resource_under_test final : public allocator_under_test {
 // emptied again when done with, so that runs do not see each other's cache.
 class torch_under_test final : public allocator_under_test {
  public:
-  torch_under_test(device_id device, bool expandable) : device_{device}, expandable_{expandable} {
+  torch_under_test(device_id device, bool expandable) : device_{device} {
     char error[512] = {};
     if (!torch_bridge::init(error, sizeof error)) SYNCMEM_UNSUPPORTED(fmt::format("PyTorch's allocator: {}", error));
     set_current_device(device);
@@ -124,13 +126,10 @@ class torch_under_test final : public allocator_under_test {
     }
     torch_bridge::reset_peaks(device.index());
   }
-  ~torch_under_test() override {
-    torch_bridge::empty_cache();
-    if (expandable_) {
-      char error[256] = {};
-      (void)torch_bridge::set_expandable(false, error, sizeof error);
-    }
-  }
+  // Expandable segments stay on: PyTorch does not support switching them
+  // once it has allocated, and the process that measures them measures
+  // nothing else.
+  ~torch_under_test() override { torch_bridge::empty_cache(); }
   void* allocate(std::size_t bytes, stream_view s) override {
     void* p = torch_bridge::allocate(bytes, s.native_handle());
     if (p == nullptr) throw std::bad_alloc{};
@@ -145,7 +144,6 @@ class torch_under_test final : public allocator_under_test {
 
  private:
   device_id device_;
-  bool expandable_;
 };
 #endif
 
@@ -192,6 +190,13 @@ std::vector<method> methods_for(device_id device) {
                            std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1")),
                            false);
                      }});
+  // The growable range keeping its reserve near its peak in use.
+  methods.push_back(
+      {"caching_expandable_from_idle", [](device_id d, bool) {
+         return std::make_unique<resource_under_test>(
+             std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1,grow_from_idle:1")),
+             false);
+       }});
   if (device.kind() == device_kind::cuda) {
     methods.push_back({"cudaMalloc", [](device_id d, bool replay) {
                          return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_resource>(d), replay);
@@ -369,6 +374,11 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
       name.c_str(),
       [m, device, trace](benchmark::State& state) {
         guarded(state, [&] {
+          const auto total = get_memory_info(device).total;
+          if (trace->peak_requested() > total) {
+            SYNCMEM_UNSUPPORTED(fmt::format("the trace needs {} MiB live, more than the device's {} MiB",
+                                            trace->peak_requested() >> 20, total >> 20));
+          }
           peaks p;
           std::chrono::steady_clock::duration replaying{};
           for (auto _ : state) {
@@ -405,23 +415,33 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
       ->Unit(benchmark::kMillisecond);
 }
 
-// The generated traces, and those named in SYNCMEM_BENCH_TRACES
-// (comma-separated files written by mr::logging_adaptor).
+// The generated traces, the real ones committed in bench/traces (unpacked
+// into the build tree at configure time; not in a quick run, as their size
+// is fixed), and those named in SYNCMEM_BENCH_TRACES (comma-separated files
+// in the replay format or written by mr::logging_adaptor).
 std::vector<std::shared_ptr<const allocation_trace>> traces_for(const options& o) {
   const auto memory = get_memory_info(o.first()).total;
   std::vector<std::shared_ptr<const allocation_trace>> traces;
   traces.push_back(std::make_shared<const allocation_trace>(training_trace(memory, o.quick)));
   traces.push_back(std::make_shared<const allocation_trace>(mixed_trace(memory, o.quick)));
-  if (const char* files = std::getenv("SYNCMEM_BENCH_TRACES"); files != nullptr && *files != '\0') {
-    std::stringstream list{files};
+  traces.push_back(std::make_shared<const allocation_trace>(synthetic_trace(memory, o.quick)));
+  std::vector<std::string> files;
+#ifdef SYNCMEM_BENCH_TRACE_DIR
+  if (!o.quick && std::filesystem::is_directory(SYNCMEM_BENCH_TRACE_DIR)) {
+    for (const auto& entry : std::filesystem::directory_iterator{SYNCMEM_BENCH_TRACE_DIR}) {
+      if (entry.path().extension() == ".replay") files.push_back(entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  }
+#endif
+  if (const char* list = std::getenv("SYNCMEM_BENCH_TRACES"); list != nullptr && *list != '\0') {
+    std::stringstream names{list};
     std::string path;
-    while (std::getline(list, path, ',')) {
-      if (path.empty()) continue;
-      const auto stem = std::filesystem::path{path}.stem().string();
-      traces.push_back(
-          std::make_shared<const allocation_trace>(from_events(stem, mr::logging_adaptor::read_trace_file(path))));
+    while (std::getline(names, path, ',')) {
+      if (!path.empty()) files.push_back(path);
     }
   }
+  for (const auto& path : files) traces.push_back(std::make_shared<const allocation_trace>(load_trace_file(path)));
   return traces;
 }
 

@@ -595,6 +595,33 @@ TYPED_TEST(caching_test, GrowableSegmentsReuseIdlePagesInsteadOfGrowing) {
   EXPECT_EQ(st.segments, 0U);
 }
 
+// A 4 MiB hole among 64 MiB in use is far less than a quarter of the reserve:
+// only grow_from_idle moves its pages to where the range grows.
+TYPED_TEST(caching_test, GrowFromIdleMovesEvenAFewIdlePages) {
+  for (const bool from_idle : {false, true}) {
+    auto r =
+        this->make(from_idle ? "expandable:1,thread_cache_mb:0,grow_from_idle:1" : "expandable:1,thread_cache_mb:0");
+    stream s{this->device_};
+    void* low = r->allocate(32 * MiB, s);
+    if (!r->expandable()) GTEST_SKIP() << "the device has no virtual memory management";
+    void* hole = r->allocate(4 * MiB, s);
+    void* high = r->allocate(32 * MiB, s);
+    const auto seed = fresh_seed();
+    device_fill_pattern(s, high, 32 * MiB, seed);
+    r->deallocate(hole, 4 * MiB, s);
+    void* grown = r->allocate(6 * MiB, s);  // does not fit the hole
+    const auto st = r->statistics();
+    EXPECT_EQ(st.peak_reserved_bytes, from_idle ? 70 * MiB : 74 * MiB) << "grow_from_idle:" << from_idle;
+    EXPECT_TRUE(holds_pattern(memory_kind::device, s, high, 32 * MiB, seed)) << "remapping disturbed a live block";
+    const auto seed2 = fresh_seed();
+    device_fill_pattern(s, grown, 6 * MiB, seed2);
+    EXPECT_TRUE(holds_pattern(memory_kind::device, s, grown, 6 * MiB, seed2));
+    r->deallocate(grown, 6 * MiB, s);
+    r->deallocate(high, 32 * MiB, s);
+    r->deallocate(low, 32 * MiB, s);
+  }
+}
+
 TYPED_TEST(caching_test, GrowingGivesBackSegmentsThatCannotServe) {
   for (const bool release : {true, false}) {
     auto r = this->make(release ? "thread_cache_mb:0" : "thread_cache_mb:0,release_before_grow:0");

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -197,6 +198,26 @@ TEST(Emulated, VirtualMemoryMapsAndUnmapsPhysicalPages) {
   emu().vmm_free_address(0, range, 4 * page);
   EXPECT_EQ(get_memory_info(device_id::emulated(0)).free, before);
   EXPECT_THROW((void)emu().vmm_reserve(0, page + 1), logic_error);
+}
+
+TEST(Emulated, VirtualMemoryMapsPagesInOneCall) {
+  const std::size_t page = emu().vmm_granularity(0);
+  auto* range = static_cast<std::uint8_t*>(emu().vmm_reserve(0, 3 * page));
+  const std::array<detail::physical_handle, 2> handles{emu().vmm_create(0, page), emu().vmm_create(0, page)};
+  emu().vmm_map_pages(0, range, page, handles.data(), handles.size());
+  const auto seed = test::fresh_seed();
+  for (std::size_t i = 0; i < 2 * page; i += 4093) range[i] = test::pattern_byte(seed, i);
+  // The second handle holds the second page: mapped alone elsewhere, it shows it.
+  emu().vmm_unmap(0, range, 2 * page);
+  emu().vmm_map(0, range + 2 * page, page, handles[1]);
+  for (std::size_t i = (page / 4093 + 1) * 4093; i < 2 * page; i += 4093) {
+    ASSERT_EQ(range[page + i], test::pattern_byte(seed, i));  // byte i - page of the second page
+  }
+  emu().vmm_unmap(0, range + 2 * page, page);
+  const std::array<detail::physical_handle, 2> bad{handles[0], detail::physical_handle{0}};
+  EXPECT_THROW(emu().vmm_map_pages(0, range, page, bad.data(), bad.size()), logic_error);
+  for (auto h : handles) emu().vmm_release(0, h, page);
+  emu().vmm_free_address(0, range, 3 * page);
 }
 
 TEST(Emulated, VirtualMemoryCreateFailsWhenTheDeviceIsFull) {

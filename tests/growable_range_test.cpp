@@ -14,8 +14,8 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 const device_id device = device_id::emulated(0);
 
 struct parts {
-  explicit parts(bool enabled = true, bool release_before_grow = false)
-      : range{device, {enabled, release_before_grow}, "growable_range_test", pools, reserved} {}
+  explicit parts(bool enabled = true, bool release_before_grow = false, bool grow_from_idle = false)
+      : range{device, {enabled, release_before_grow, grow_from_idle}, "growable_range_test", pools, reserved} {}
   ~parts() {
     synchronize_device(device);
     range.release_all();
@@ -109,6 +109,33 @@ TEST(GrowableRange, IdlePagesMoveWhereGrowthNeedsThem) {
   ASSERT_NE(moved, nullptr);
   EXPECT_LE(p.reserved.bytes(), reserved);
   expect_usable(s, moved);
+}
+
+// A few idle pages, far less than a quarter of the reserve: growth takes them
+// with grow_from_idle, and maps new ones without.
+TEST(GrowableRange, GrowFromIdleTakesEvenAFewIdlePages) {
+  for (const bool from_idle : {true, false}) {
+    parts p{true, true, from_idle};
+    stream s{device};
+    stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+    stream other{device};
+    stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+    ASSERT_TRUE(p.range.ready());
+    block* in_use = p.range.grow(64 * MiB, pool);
+    ASSERT_NE(in_use, nullptr);
+    in_use->status = block_status::allocated;  // as the allocator marks what it hands out
+    block* idle = p.range.grow(4 * MiB, elsewhere);
+    ASSERT_NE(idle, nullptr);
+    p.pools.free_block(idle, elsewhere);
+    const std::size_t reserved = p.reserved.bytes();
+    EXPECT_EQ(reserved, 68 * MiB);
+    block* grown = p.range.grow(4 * MiB, pool);
+    ASSERT_NE(grown, nullptr);
+    EXPECT_EQ(p.reserved.bytes(), from_idle ? reserved : reserved + 4 * MiB) << "grow_from_idle " << from_idle;
+    EXPECT_EQ(p.reserved.peak(), from_idle ? reserved : reserved + 4 * MiB) << "grow_from_idle " << from_idle;
+    expect_usable(s, grown);
+    expect_usable(s, in_use);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "backend/backend.hpp"
 
+#include <cstddef>
+
 #include <fmt/format.h>
 
 #include "syncmem/error.hpp"
@@ -28,6 +30,16 @@ void backend::launch_graph(int, void*, CUstream_st*) { refuse_capture("launch_gr
 void backend::destroy_graph(int, void*) noexcept {}
 void backend::capture_host_func(int, CUstream_st*, host_func, void*, host_func) { refuse_capture("capture_host_func"); }
 unsigned long long backend::capture_sequence(int, CUstream_st*) { return 0; }
+void backend::vmm_map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count) {
+  auto* const at = static_cast<std::byte*>(p);
+  std::size_t mapped = 0;
+  try {
+    for (; mapped < count; ++mapped) vmm_map(index, at + mapped * page, page, handles[mapped]);
+  } catch (...) {
+    for (std::size_t i = 0; i < mapped; ++i) vmm_unmap(index, at + i * page, page);
+    throw;
+  }
+}
 
 backend& backend_for(device_kind kind) noexcept {
   return kind == device_kind::cuda ? cuda_backend() : emulated_backend();

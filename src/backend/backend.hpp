@@ -164,6 +164,10 @@ class backend {
   virtual void vmm_release(int index, physical_handle h, std::size_t bytes) noexcept = 0;
   virtual void vmm_map(int index, void* p, std::size_t bytes, physical_handle h) = 0;
   virtual void vmm_unmap(int index, void* p, std::size_t bytes) noexcept = 0;
+  // Maps `count` handles of `page` bytes each, one after the other from `p`;
+  // nothing stays mapped if it throws. Backends may do it in fewer calls
+  // than a vmm_map per page (CUDA: one access change for the whole stretch).
+  virtual void vmm_map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count);
 };
 
 // The backend of a kind. The CUDA one exists in every build: without CUDA it

@@ -24,6 +24,7 @@ namespace syncmem::mr {
 /// | `limit_mb`        | MiB (1..1073741824) or unlimited | limit |
 /// | `thread_cache_mb` | MiB (0..65536)                 | thread_cache_size |
 /// | `release_before_grow` | 0, 1, false, true          | release_before_grow |
+/// | `grow_from_idle`  | 0, 1, false, true              | grow_from_idle |
 ///
 /// e.g. `SYNCMEM_ALLOC_CONF=max_split_mb:256,expandable:1,limit_mb:4096`.
 struct caching_options {
@@ -53,6 +54,14 @@ struct caching_options {
   /// does not trigger it. Off, cached memory is given back only when memory
   /// runs out or on empty_cache() / trim().
   bool release_before_grow = true;
+  /// @brief Growable range only, with release_before_grow: every growth
+  /// first takes whole idle pages from elsewhere in the range, as many as it
+  /// needs, before mapping new memory, whatever their share of the reserve.
+  /// Keeps what is reserved within a few pages of what is in use at its
+  /// peak, at the cost of a device synchronisation and remapping on those
+  /// growths (see docs/allocator.md for what that costs). Off, idle pages
+  /// move only when they are a quarter of the reserve.
+  bool grow_from_idle = false;
 
   /// @brief Parses `text` (see the class comment). `source` names where the
   /// text came from in error messages.
@@ -65,7 +74,7 @@ struct caching_options {
   [[nodiscard]] static std::optional<std::string> environment_text();
 
   /// @brief Every key with its value, in a form parse() reads back:
-  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1".
+  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1,grow_from_idle:0".
   [[nodiscard]] std::string to_string() const;
 
   friend bool operator==(const caching_options&, const caching_options&) = default;

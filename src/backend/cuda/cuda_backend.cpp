@@ -595,6 +595,32 @@ class backend_impl final : public backend {
     }
   }
 
+  // One access change for the whole stretch: cuMemSetAccess costs about as
+  // much for many pages as for one.
+  void vmm_map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count) override {
+    const auto address = reinterpret_cast<CUdeviceptr>(p);
+    std::size_t mapped = 0;
+    auto undo = [&] {
+      for (std::size_t i = 0; i < mapped; ++i) driver().mem_unmap(address + i * page, page);
+    };
+    for (; mapped < count; ++mapped) {
+      const CUresult status = driver().mem_map(address + mapped * page, page, 0, handles[mapped], 0);
+      if (status != CUDA_SUCCESS) {
+        undo();
+        throw_driver_error(status, "cuMemMap", __FILE__, __LINE__);
+      }
+    }
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = index;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUresult status = driver().mem_set_access(address, page * count, &access, 1);
+    if (status != CUDA_SUCCESS) {
+      undo();
+      throw_driver_error(status, "cuMemSetAccess", __FILE__, __LINE__);
+    }
+  }
+
   void vmm_unmap(int, void* p, std::size_t bytes) noexcept override {
     const CUresult status = driver().mem_unmap(reinterpret_cast<CUdeviceptr>(p), bytes);
     if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {

@@ -10,8 +10,9 @@
 namespace syncmem::mr::detail::caching {
 
 namespace {
-// Growth takes idle pages from elsewhere in the range when they are at least
-// this share (1/n) of what is reserved: the work has moved on.
+// Without grow_from_idle, growth takes idle pages from elsewhere in the range
+// when they are at least this share (1/n) of what is reserved: the work has
+// moved on.
 constexpr std::size_t release_share_pages = 4;
 }  // namespace
 
@@ -101,17 +102,19 @@ block* growable_range::grow(std::size_t key, stream_pool& pool) {
 }
 
 // Pages idle elsewhere in the range move here rather than new memory being
-// made, when there are enough of them that the work has moved on. That only
-// widens the holes, so the choice made again is as good. Returns whether
-// that choice fits without mapping.
+// made: always (grow_from_idle), as many as there are up to what the growth
+// needs, or all it needs once there are enough of them that the work has
+// moved on. That only widens the holes, so the choice made again is as good.
+// Returns whether that choice fits without mapping.
 bool growable_range::make_room(placement& where, std::size_t key, const stream_pool& pool) {
   const std::size_t page = page_size_;
   const std::size_t wanted = where.hole != nullptr ? where.need : round_up(key, page);
-  if (!config_.release_before_grow || spare_pages_.size() * page >= wanted ||
-      idle_pages(where.extended) < std::max(page, reserved_.bytes() / release_share_pages)) {
-    return false;
-  }
-  reclaim(wanted - spare_pages_.size() * page, /*keep_handles=*/true, where.extended);
+  const std::size_t spare = spare_pages_.size() * page;
+  if (!config_.release_before_grow || spare >= wanted) return false;
+  const std::size_t idle = idle_pages(where.extended);
+  const std::size_t enough = config_.grow_from_idle ? page : std::max(page, reserved_.bytes() / release_share_pages);
+  if (idle < enough) return false;
+  reclaim(std::min(idle, wanted - spare), /*keep_handles=*/true, where.extended);
   where = choose(key, pool);
   return where.fits != nullptr;
 }
@@ -169,19 +172,8 @@ bool growable_range::map_pages(std::uintptr_t at, std::vector<handle>& handles, 
     handles.push_back(h);
     reserved_.add(page);
   }
-  std::size_t mapped = 0;
-  try {
-    for (; mapped < count; ++mapped) {
-      backend_.vmm_map(index_, reinterpret_cast<void*>(at + mapped * page), page, handles[mapped]);
-      pages_[first_page + mapped] = handles[mapped];
-    }
-  } catch (...) {
-    for (std::size_t i = 0; i < mapped; ++i) {
-      backend_.vmm_unmap(index_, reinterpret_cast<void*>(at + i * page), page);
-      pages_[first_page + i] = 0;
-    }
-    throw;
-  }
+  backend_.vmm_map_pages(index_, reinterpret_cast<void*>(at), page, handles.data(), count);
+  std::copy(handles.begin(), handles.end(), pages_.begin() + static_cast<std::ptrdiff_t>(first_page));
   mapped_pages_ += count;
   return true;
 }

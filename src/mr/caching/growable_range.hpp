@@ -28,6 +28,7 @@ class growable_range {
   struct settings {
     bool enabled = false;              // caching_options::expandable
     bool release_before_grow = false;  // caching_options::release_before_grow
+    bool grow_from_idle = false;       // caching_options::grow_from_idle
   };
 
   growable_range(device_id device, settings config, std::string name, stream_pools& pools, reservation& reserved);
