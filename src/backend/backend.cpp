@@ -30,6 +30,7 @@ void backend::launch_graph(int, void*, CUstream_st*) { refuse_capture("launch_gr
 void backend::destroy_graph(int, void*) noexcept {}
 void backend::capture_host_func(int, CUstream_st*, host_func, void*, host_func) { refuse_capture("capture_host_func"); }
 unsigned long long backend::capture_sequence(int, CUstream_st*) { return 0; }
+
 void backend::vmm_map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count) {
   auto* const at = static_cast<std::byte*>(p);
   std::size_t mapped = 0;
