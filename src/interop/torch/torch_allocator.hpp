@@ -12,7 +12,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "syncmem/mr/caching_resource.hpp"
@@ -41,9 +43,9 @@ namespace syncmem::interop {
 class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAllocator {
  public:
   /// @brief Makes syncmem's allocator PyTorch's CUDA allocator. Idempotent.
-  /// @throws c10::Error when PyTorch's own allocator is already initialized
-  ///   (a CUDA tensor or context exists), since memory it handed out could not
-  ///   be freed through this one.
+  /// @throws syncmem::logic_error when PyTorch's own allocator is already
+  ///   initialized (CUDA is initialized in this process), since memory it
+  ///   handed out could not be freed through this one.
   static void install();
   /// @brief Whether install() has made this allocator PyTorch's current one.
   [[nodiscard]] static bool installed() noexcept;
@@ -80,6 +82,13 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
                            std::function<bool(cudaStream_t)> filter) override;
   void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override;
   void releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override;
+  int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override;
+  void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                          std::shared_ptr<CUDAAllocator> allocator) override;
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t mempool_id, bool use_on_oom) override;
+  void setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override;
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                const std::unordered_set<void*>& expected_live_allocations) override;
   c10::cuda::CUDACachingAllocator::ShareableHandle shareIpcHandle(void* p) override;
   std::shared_ptr<void> getIpcDevPtr(std::string handle) override;
   bool isHistoryEnabled() override;
@@ -91,8 +100,8 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override;
   cudaError_t memcpyAsync(void* dst, int dst_device, const void* src, int src_device, std::size_t count,
                           cudaStream_t stream, bool p2p_enabled) override;
-  std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> getCheckpointState(
-      c10::DeviceIndex device, c10::MempoolId_t id) override;
+  std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> getCheckpointState(c10::DeviceIndex device,
+                                                                                      c10::MempoolId_t id) override;
   c10::cuda::CUDACachingAllocator::CheckpointDelta setCheckpointPoolState(
       c10::DeviceIndex device, std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> pps) override;
   std::string name() override;
@@ -106,20 +115,24 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
     cudaStream_t stream = nullptr;
     c10::DeviceIndex device = 0;
   };
+  // What syncmem's statistics do not count: the allocation count's peak, and
+  // the accumulated bytes PyTorch reports as "allocated" and "freed".
   struct per_device {
     std::atomic<mr::caching_resource*> resource{nullptr};
-    std::atomic<std::int64_t> live{0};  // the allocation count's current and peak (syncmem counts no peak of it)
+    std::atomic<std::int64_t> live{0};
     std::atomic<std::int64_t> peak_live{0};
-    std::atomic<std::int64_t> requested_total{0};  // bytes ever asked for and given back, for the accumulated figures
+    std::atomic<std::int64_t> requested_total{0};
     std::atomic<std::int64_t> requested_freed{0};
     std::atomic<std::int64_t> block_total{0};
     std::atomic<std::int64_t> block_freed{0};
-    std::mutex baseline_mutex;  // resetAccumulatedStats subtracts what was counted before it
+    std::mutex mutex;  // guards what follows
+    // resetAccumulatedStats: the counters at the last reset, subtracted.
     mr::caching_statistics baseline{};
     std::int64_t requested_total_baseline = 0;
     std::int64_t requested_freed_baseline = 0;
     std::int64_t block_total_baseline = 0;
     std::int64_t block_freed_baseline = 0;
+    std::int64_t segment_peak = 0;  // the most segments any getDeviceStats saw
     double memory_fraction = 1.0;
   };
   static constexpr std::size_t max_devices = 64;
@@ -129,15 +142,15 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   torch_allocator();
   void* allocate_on(c10::DeviceIndex device, std::size_t bytes, cudaStream_t stream);
   static void free_block(void* p);
+  void release(void* p) noexcept;
   per_device& slot(c10::DeviceIndex device);
   mr::caching_resource& caching(c10::DeviceIndex device);
   [[nodiscard]] std::vector<c10::DeviceIndex> used_devices() const;
-  shard& shard_of(const void* p) const;
+  [[nodiscard]] shard& shard_of(const void* p) const;
 
   std::array<per_device, max_devices> devices_;
   std::unique_ptr<shard[]> shards_;
   std::atomic<int> device_count_{0};
-  std::atomic<bool> initialized_{false};
   std::mutex observers_mutex_;
   std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> oom_observers_;
 };
