@@ -46,7 +46,7 @@ def enable() -> None:
     Call it before CUDA is used in the process (before the first CUDA tensor,
     torch.cuda.init() or anything that initializes CUDA through PyTorch):
     afterwards PyTorch's own allocator holds memory that only it can free, and
-    enable() raises RuntimeError saying so. Calling it again is harmless.
+    enable() raises syncmem.LogicError saying so. Calling it again is harmless.
     """
     _native().install()
 
