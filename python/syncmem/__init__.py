@@ -8,7 +8,8 @@ The Python half of the C++ library (libsyncmem, shipped inside this package):
     x = torch.from_dlpack(t)             # the device side, zero-copy
     u = syncmem.from_dlpack(x)           # borrows x's memory
 
-Submodules: syncmem.cupy (CuPy's allocators on syncmem's resources).
+Submodules: syncmem.cupy (CuPy's allocators on syncmem's resources),
+syncmem.torch (PyTorch's CUDA allocator on syncmem's caching resource).
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ tensor.__array__ = lambda self, dtype=None, copy=None: (
 
 def __getattr__(name: str):
     # Submodules that import third-party packages load on first use.
-    if name == "cupy":
+    if name in ("cupy", "torch"):
         import importlib
 
-        return importlib.import_module(".cupy", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'syncmem' has no attribute {name!r}")

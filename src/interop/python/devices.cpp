@@ -73,6 +73,8 @@ nb::dict caching_statistics_dict(const mr::caching_statistics& s) {
   d["cache_hits"] = s.cache_hits;
   d["cache_misses"] = s.cache_misses;
   d["segments"] = s.segments;
+  d["segment_allocations"] = s.segment_allocations;
+  d["segment_releases"] = s.segment_releases;
   d["oom_retries"] = s.oom_retries;
   d["ooms"] = s.ooms;
   return d;

@@ -1,0 +1,293 @@
+"""syncmem.torch: syncmem's caching allocator as PyTorch's CUDA allocator.
+
+The allocator must be installed before CUDA is used, so every case runs in a
+fresh interpreter (a subprocess) and asserts there; this process only starts
+them and reads what they print. Skipped without torch, without a CUDA device,
+or with a syncmem built without CUDA.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+import syncmem
+
+torch = pytest.importorskip("torch")
+
+if not (syncmem.built_with_cuda and torch.cuda.is_available() and syncmem.device_count("cuda") > 0):
+    pytest.skip("syncmem.torch needs a CUDA device, torch with CUDA and syncmem built with CUDA",
+                allow_module_level=True)
+
+
+def run_python(code: str, *args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    # An empty folder as the working directory, so that `import syncmem` finds
+    # the installed package, never python/syncmem of a source tree.
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
+                              text=True, env=full_env, timeout=timeout, cwd=cwd)
+
+
+def checked(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result
+
+
+def test_module_is_built():
+    # With torch and CUDA here, `pip install --no-build-isolation .` builds syncmem._torch.
+    checked(run_python("import torch, syncmem.torch; syncmem.torch._native()"))
+
+
+TRAIN = """
+import json, sys
+import torch
+mode = sys.argv[1]
+if mode == "syncmem":
+    import syncmem, syncmem.torch
+    syncmem.torch.enable()
+torch.manual_seed(1234)
+torch.use_deterministic_algorithms(True)
+torch.backends.cudnn.benchmark = False
+dev = torch.device("cuda")
+model = torch.nn.Sequential(
+    torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+    torch.nn.Linear(8 * 16 * 16, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+g = torch.Generator().manual_seed(99)
+x = torch.randn(512, 3, 16, 16, generator=g).to(dev)
+y = torch.randint(0, 10, (512,), generator=g).to(dev)
+losses = []
+for step in range(40):
+    i = (step * 64) % 512
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+out = {"losses": losses}
+if mode == "syncmem":
+    out["enabled"] = syncmem.torch.enabled()
+    out["syncmem_allocations"] = syncmem.memory_stats("cuda:0")["allocations"]
+    out["torch_allocations"] = torch.cuda.memory_stats()["allocation.all.allocated"]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("conf", ["", "expandable:1"])
+def test_training_reaches_the_same_losses_and_exits_quietly(conf):
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    native = checked(run_python(TRAIN, "torch", env=env))
+    ours = checked(run_python(TRAIN, "syncmem", env={**env, **({"SYNCMEM_ALLOC_CONF": conf} if conf else {})}))
+    a = json.loads(native.stdout)["losses"]
+    out = json.loads(ours.stdout)
+    b = out["losses"]
+    assert out["enabled"]
+    assert out["syncmem_allocations"] > 0 and out["torch_allocations"] == out["syncmem_allocations"]
+    assert len(a) == len(b) == 40
+    assert a[-1] < a[0]  # it trained
+    for step, (x, y) in enumerate(zip(a, b)):
+        assert abs(x - y) <= 1e-6 * max(1.0, abs(x)), f"step {step}: PyTorch's allocator {x}, syncmem's {y}"
+    print("bitwise equal losses:", a == b)
+    # Process exit: no warning about memory freed after its resource, nothing
+    # printed that PyTorch's own allocator does not print.
+    print("stderr with PyTorch's allocator:", repr(native.stderr))
+    assert ours.stderr == native.stderr, f"stderr with syncmem:\n{ours.stderr}\nwith PyTorch's:\n{native.stderr}"
+    assert "syncmem" not in ours.stderr
+
+
+STATS = """
+import json, sys
+import torch
+import syncmem, syncmem.torch
+syncmem.torch.enable()
+assert syncmem.torch.enabled()
+dev = "cuda:0"
+sizes = (1000, 3 << 20, 5 << 20, 123457, 40 << 20)
+ts = [torch.empty(n, dtype=torch.uint8, device=dev) for n in sizes]
+s = syncmem.memory_stats(dev)
+ms = torch.cuda.memory_stats()
+assert torch.cuda.memory_allocated() == s["allocated_bytes"] > sum(sizes) - 1, (torch.cuda.memory_allocated(), s)
+assert torch.cuda.memory_reserved() == s["reserved_bytes"] >= s["allocated_bytes"], s
+assert torch.cuda.max_memory_allocated() == s["peak_allocated_bytes"], s
+assert torch.cuda.max_memory_reserved() == s["peak_reserved_bytes"], s
+assert ms["requested_bytes.all.current"] == s["requested_bytes"] == sum(sizes), (ms, s)
+assert ms["allocation.all.current"] == s["live_allocations"] == len(sizes), (ms, s)
+assert ms["segment.all.current"] == s["segments"] > 0, (ms, s)
+assert ms["num_alloc_retries"] == s["oom_retries"] and ms["num_ooms"] == s["ooms"] == 0, (ms, s)
+assert ms["num_device_alloc"] == s["segment_allocations"] > 0, (ms, s)
+assert ms["num_device_free"] == s["segment_releases"], (ms, s)
+
+peak = torch.cuda.max_memory_allocated()
+del ts[4]
+assert torch.cuda.max_memory_allocated() == peak
+torch.cuda.reset_peak_memory_stats()
+assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated() < peak
+assert syncmem.memory_stats(dev)["peak_allocated_bytes"] == torch.cuda.max_memory_allocated()
+
+# The snapshot has every live tensor as an allocated block of its requested size.
+blocks = {}
+for seg in torch.cuda.memory_snapshot():
+    address = seg["address"]
+    assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"], seg
+    for b in seg["blocks"]:
+        blocks[address] = (b["state"], b["requested_size"])
+        address += b["size"]
+for t in ts:
+    assert blocks.get(t.data_ptr()) == ("active_allocated", t.numel()), (t.data_ptr(), blocks.get(t.data_ptr()))
+
+# save_snapshot writes syncmem's own form, the one `syncmem view` draws.
+path = sys.argv[1]
+syncmem.torch.save_snapshot(path)
+snap = json.load(open(path))
+assert snap["format"] == "syncmem.snapshot/1" and snap["device"] == "cuda:0", snap.keys()
+allocated = {int(seg["address"], 16) + b["offset"]: b.get("requested") for seg in snap["segments"]
+             for b in seg["blocks"] if b["state"] == "allocated"}
+for t in ts:
+    assert allocated.get(t.data_ptr()) == t.numel(), t.data_ptr()
+
+before = torch.cuda.memory_reserved()
+del ts, t
+torch.cuda.empty_cache()
+assert torch.cuda.memory_reserved() < before, (torch.cuda.memory_reserved(), before)
+assert torch.cuda.memory_reserved() == syncmem.memory_stats(dev)["reserved_bytes"]
+assert torch.cuda.memory_allocated() == 0
+print("ok")
+"""
+
+
+def test_statistics_snapshot_and_empty_cache_come_from_syncmem(tmp_path):
+    path = tmp_path / "snapshot.json"
+    checked(run_python(STATS, str(path)))
+    cli = os.environ.get("SYNCMEM_CLI") or shutil.which("syncmem")
+    if cli:  # the C++ command, when it is built beside the package
+        page = tmp_path / "snapshot.html"
+        view = subprocess.run([cli, "view", str(path), "-o", str(page)], capture_output=True, text=True)
+        assert view.returncode == 0, view.stderr
+        assert view.stderr == "" and page.stat().st_size > 0
+
+
+RECORD_STREAM = """
+import random, sys
+import torch
+import syncmem, syncmem.torch
+from syncmem import _torch
+syncmem.torch.enable()
+seed, record = int(sys.argv[1]), sys.argv[2] == "record"
+rng = random.Random(seed)
+torch.manual_seed(seed)
+dev = "cuda:0"
+main = torch.cuda.current_stream()
+sides = [torch.cuda.Stream() for _ in range(3)]
+def block(n):
+    return (n + 511) // 512 * 512
+reused = 0
+for iteration in range(40 if record else 1):
+    count = rng.randint(1, 6)
+    sizes = [rng.choice((rng.randint(1, 4096), rng.randint(1 << 16, 1 << 21), rng.randint(1 << 21, 1 << 23)))
+             for _ in range(count)]
+    victims = [torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev) for n in sizes]
+    expected = [v.cpu() for v in victims]
+    outs = [torch.empty(n, dtype=torch.uint8, device=dev) for n in sizes]
+    side = rng.choice(sides)
+    side.wait_stream(main)
+    latch = _torch._host_latch(side.cuda_stream)  # the side stream's reads below cannot start before release()
+    with torch.cuda.stream(side):
+        for v, o in zip(victims, outs):
+            o.copy_(v)
+    freed = [(v.data_ptr(), v.data_ptr() + block(v.numel())) for v in victims]
+    if record:
+        for v in victims:
+            v.record_stream(side)
+    del v
+    victims.clear()  # freed on the main stream while the side stream still has to read them
+    if record:
+        assert syncmem.memory_stats(dev)["pending_bytes"] >= sum(block(n) for n in sizes)
+    news = [torch.empty(n, dtype=torch.uint8, device=dev) for n in sizes]
+    fresh = [torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev) for n in sizes]
+    for t, f in zip(news, fresh):
+        t.copy_(f)  # main stream: runs before the side stream's reads when a block is reused
+    # Every block allocated while the side stream is held, news and fresh alike.
+    overlap = [any(t.data_ptr() < hi and lo < t.data_ptr() + t.numel() for lo, hi in freed) for t in news + fresh]
+    if record:
+        assert not any(overlap), f"iteration {iteration}: a block freed with a pending recorded stream was reused"
+    reused += sum(overlap)
+    latch.release()
+    torch.cuda.synchronize()
+    if record:  # without record_stream, a reused block's out holds what the main stream wrote there
+        for i, (o, e) in enumerate(zip(outs, expected)):
+            assert torch.equal(o.cpu(), e), f"iteration {iteration}: tensor {i} ({sizes[i]} bytes) was overwritten"
+    for t, f in zip(news, fresh):
+        assert torch.equal(t.cpu(), f.cpu())
+    del news, fresh, outs
+print(reused)
+"""
+
+
+def test_record_stream_keeps_freed_blocks_until_the_recorded_stream_passes():
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed}")
+    assert checked(run_python(RECORD_STREAM, str(seed), "record")).stdout.strip() == "0"
+
+
+def test_without_record_stream_the_block_is_reused_at_once():
+    # The control: the hazard record_stream prevents is real in this setup
+    # (the freed block goes straight to the next allocation on its stream).
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed}")
+    assert int(checked(run_python(RECORD_STREAM, str(seed), "none")).stdout.strip()) > 0
+
+
+UNSUPPORTED = """
+import torch
+import syncmem.torch
+syncmem.torch.enable()
+x = torch.ones(1000, device="cuda")
+def expect(what, f):
+    try:
+        f()
+    except (RuntimeError, NotImplementedError) as e:
+        assert what in str(e), f"{what!r} not in {e}"
+        assert "syncmem" in str(e), e
+        return
+    raise AssertionError(f"{what}: no error")
+expect("memory history recording", lambda: torch.cuda.memory._record_memory_history())
+expect("CUDA IPC", lambda: x.untyped_storage()._share_cuda_())
+expect("CUDA graph private memory pools", lambda: torch.cuda.MemPool())
+def capture():
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        x.mul_(2)
+expect("CUDA graph private memory pools", capture)
+print("ok")
+"""
+
+
+def test_unsupported_features_raise_naming_the_feature():
+    checked(run_python(UNSUPPORTED))
+
+
+TOO_LATE = """
+import torch
+import syncmem, syncmem.torch
+x = torch.ones(10, device="cuda")
+try:
+    syncmem.torch.enable()
+except syncmem.LogicError as e:  # a call out of order
+    assert "already initialized" in str(e) and "before the first CUDA tensor" in str(e), e
+else:
+    raise AssertionError("enable() after CUDA was used did not raise")
+assert not syncmem.torch.enabled()
+assert (x + 1).sum().item() == 20  # PyTorch's own allocator still works
+print("ok")
+"""
+
+
+def test_enable_after_cuda_was_used_raises():
+    checked(run_python(TOO_LATE))

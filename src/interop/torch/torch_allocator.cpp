@@ -1,0 +1,471 @@
+#include "torch_allocator.hpp"
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#include "syncmem/cuda/interop.hpp"
+#include "syncmem/error.hpp"
+#include "syncmem/mr/per_device_resource.hpp"
+
+namespace syncmem::interop {
+
+namespace {
+
+namespace alloc = c10::cuda::CUDACachingAllocator;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr std::string_view graph_pools =
+    "CUDA graph private memory pools (torch.cuda.graph, torch.cuda.MemPool, graph_pool_handle)";
+
+// The pointer the never-destroyed instance is reached by (PyTorch's deleters
+// are plain function pointers).
+std::atomic<torch_allocator*> the_allocator{nullptr};
+
+[[noreturn]] void not_supported(std::string_view feature) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "syncmem.torch: ", feature,
+                              " is not supported by syncmem's allocator yet (run without syncmem.torch.enable() "
+                              "to use it)");
+}
+
+std::size_t block_size(std::size_t bytes) { return (bytes + 511) / 512 * 512; }
+
+void raise_max(std::atomic<std::int64_t>& peak, std::int64_t value) {
+  std::int64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {}
+}
+
+c10::CachingAllocator::Stat stat(std::int64_t current, std::int64_t peak, std::int64_t allocated, std::int64_t freed) {
+  c10::CachingAllocator::Stat s;
+  s.current = current;
+  s.peak = peak;
+  s.allocated = allocated;
+  s.freed = freed;
+  return s;
+}
+
+// Only the aggregate of PyTorch's three pools: syncmem's statistics are not
+// split by pool size.
+void set_aggregate(c10::CachingAllocator::StatArray& array, const c10::CachingAllocator::Stat& s) {
+  array[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)] = s;
+}
+
+std::int64_t as_int(std::uint64_t v) { return static_cast<std::int64_t>(v); }
+
+// A stream as syncmem's snapshot names it ("0x7f..." or "none").
+void* parse_stream(const std::string& s) {
+  if (s.size() < 3 || s.compare(0, 2, "0x") != 0) return nullptr;
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(std::strtoull(s.c_str() + 2, nullptr, 16)));
+}
+
+}  // namespace
+
+struct torch_allocator::shard {
+  std::mutex mutex;
+  std::unordered_map<void*, allocation> live;
+};
+
+torch_allocator::torch_allocator() : shards_{std::make_unique<shard[]>(shard_count)} {}
+
+void torch_allocator::install() {
+  if (installed()) return;
+  alloc::CUDAAllocator* current = alloc::allocator.load();
+  SYNCMEM_EXPECTS(current == nullptr || !current->initialized(),
+                  "syncmem.torch.enable: PyTorch's CUDA allocator (" + (current ? current->name() : std::string{}) +
+                      ") is already initialized: CUDA was used in this process before; call "
+                      "syncmem.torch.enable() right after `import torch`, before the first CUDA tensor");
+  static torch_allocator* instance = new torch_allocator{};  // never destroyed: tensors outlive main()
+  alloc::allocator.store(instance);
+  c10::SetAllocator(c10::DeviceType::CUDA, instance);
+  the_allocator.store(instance);
+}
+
+bool torch_allocator::installed() noexcept {
+  torch_allocator* mine = the_allocator.load();
+  return mine != nullptr && alloc::allocator.load() == mine;
+}
+
+torch_allocator::shard& torch_allocator::shard_of(const void* p) const {
+  return shards_[(reinterpret_cast<std::uintptr_t>(p) >> 9) % shard_count];
+}
+
+torch_allocator::per_device& torch_allocator::slot(c10::DeviceIndex device) {
+  TORCH_CHECK(device >= 0 && static_cast<std::size_t>(device) < max_devices, "syncmem.torch: device index ",
+              static_cast<int>(device), " is outside 0..", max_devices - 1);
+  return devices_[static_cast<std::size_t>(device)];
+}
+
+mr::caching_resource& torch_allocator::caching(c10::DeviceIndex device) {
+  per_device& d = slot(device);
+  mr::caching_resource* r = d.resource.load(std::memory_order_acquire);
+  if (r == nullptr) {
+    r = &mr::default_resource(device_id::cuda(device));
+    d.resource.store(r, std::memory_order_release);
+  }
+  return *r;
+}
+
+std::vector<c10::DeviceIndex> torch_allocator::used_devices() const {
+  std::vector<c10::DeviceIndex> used;
+  for (std::size_t i = 0; i < max_devices; ++i) {
+    if (devices_[i].resource.load(std::memory_order_acquire) != nullptr)
+      used.push_back(static_cast<c10::DeviceIndex>(i));
+  }
+  return used;
+}
+
+void* torch_allocator::allocate_on(c10::DeviceIndex device, std::size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return nullptr;
+  mr::caching_resource& resource = caching(device);
+  void* p = nullptr;
+  try {
+    p = resource.allocate(bytes, cuda::make_stream_view(stream, device));
+  } catch (const syncmem::out_of_memory& e) {
+    std::vector<alloc::OutOfMemoryObserver> observers;
+    {
+      std::lock_guard lock{observers_mutex_};
+      observers = oom_observers_;
+    }
+    const oom_info& info = e.info();
+    for (auto& observer : observers) {
+      observer(device, info.in_use.value_or(0), info.device_total.value_or(0), info.device_free.value_or(0));
+    }
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (syncmem): ", e.what());
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "syncmem.torch: allocating ", bytes, " bytes on cuda:", static_cast<int>(device),
+                " failed: ", e.what());
+  }
+  {
+    shard& s = shard_of(p);
+    std::lock_guard lock{s.mutex};
+    s.live.emplace(p, allocation{bytes, stream, device});
+  }
+  per_device& d = slot(device);
+  raise_max(d.peak_live, d.live.fetch_add(1, std::memory_order_relaxed) + 1);
+  d.requested_total.fetch_add(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
+  d.block_total.fetch_add(static_cast<std::int64_t>(block_size(bytes)), std::memory_order_relaxed);
+  return p;
+}
+
+void torch_allocator::release(void* p) noexcept {
+  if (p == nullptr) return;
+  allocation a;
+  {
+    shard& s = shard_of(p);
+    std::lock_guard lock{s.mutex};
+    auto it = s.live.find(p);
+    if (it == s.live.end()) return;  // not ours: raw_delete of a pointer syncmem never handed out
+    a = it->second;
+    s.live.erase(it);
+  }
+  per_device& d = devices_[static_cast<std::size_t>(a.device)];
+  d.live.fetch_sub(1, std::memory_order_relaxed);
+  d.requested_freed.fetch_add(static_cast<std::int64_t>(a.bytes), std::memory_order_relaxed);
+  d.block_freed.fetch_add(static_cast<std::int64_t>(block_size(a.bytes)), std::memory_order_relaxed);
+  // The stream view is built without a device check (which may throw): the
+  // device was checked when the block was handed out.
+  d.resource.load(std::memory_order_acquire)
+      ->deallocate(p, a.bytes, detail::stream_access::make(device_id::cuda(a.device), a.stream));
+}
+
+void torch_allocator::free_block(void* p) {
+  if (torch_allocator* self = the_allocator.load()) self->release(p);
+}
+
+c10::DataPtr torch_allocator::allocate(std::size_t bytes) {
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  void* p = allocate_on(device, bytes, c10::cuda::getCurrentCUDAStream(device).stream());
+  return {p, p, &free_block, c10::Device{c10::DeviceType::CUDA, device}};
+}
+
+c10::DeleterFnPtr torch_allocator::raw_deleter() const { return &free_block; }
+
+void torch_allocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+}
+
+bool torch_allocator::initialized() { return true; }
+
+void torch_allocator::emptyCache(c10::MempoolId_t mempool_id) {
+  if (mempool_id != c10::MempoolId_t{0, 0}) not_supported(graph_pools);
+  for (c10::DeviceIndex device : used_devices()) caching(device).empty_cache();
+}
+
+DeviceStats torch_allocator::getDeviceStats(c10::DeviceIndex device) {
+  per_device& d = slot(device);
+  const mr::caching_statistics s = caching(device).statistics();
+  std::lock_guard lock{d.mutex};
+  const mr::caching_statistics& b = d.baseline;
+  d.segment_peak = std::max(d.segment_peak, as_int(s.segments));
+  const std::int64_t allocations = as_int(s.allocations - b.allocations);
+  const std::int64_t deallocations = as_int(s.deallocations - b.deallocations);
+  const std::int64_t segment_allocations = as_int(s.segment_allocations - b.segment_allocations);
+  const std::int64_t segment_releases = as_int(s.segment_releases - b.segment_releases);
+  const std::int64_t live = as_int(s.live_allocations);
+  const std::int64_t allocated = as_int(s.allocated_bytes);
+  const std::int64_t active = as_int(s.allocated_bytes + s.pending_bytes);
+
+  DeviceStats stats;
+  set_aggregate(stats.allocation, stat(live, d.peak_live.load(), allocations, deallocations));
+  set_aggregate(stats.segment, stat(as_int(s.segments), d.segment_peak, segment_allocations, segment_releases));
+  set_aggregate(stats.active, stat(live, d.peak_live.load(), allocations, deallocations));
+  set_aggregate(stats.allocated_bytes,
+                stat(allocated, as_int(s.peak_allocated_bytes), d.block_total.load() - d.block_total_baseline,
+                     d.block_freed.load() - d.block_freed_baseline));
+  set_aggregate(stats.reserved_bytes, stat(as_int(s.reserved_bytes), as_int(s.peak_reserved_bytes), 0, 0));
+  set_aggregate(stats.active_bytes,
+                stat(active, std::max(active, as_int(s.peak_allocated_bytes)),
+                     d.block_total.load() - d.block_total_baseline, d.block_freed.load() - d.block_freed_baseline));
+  set_aggregate(stats.requested_bytes, stat(as_int(s.requested_bytes), as_int(s.peak_requested_bytes),
+                                            d.requested_total.load() - d.requested_total_baseline,
+                                            d.requested_freed.load() - d.requested_freed_baseline));
+  stats.num_alloc_retries = as_int(s.oom_retries - b.oom_retries);
+  stats.num_ooms = as_int(s.ooms - b.ooms);
+  stats.num_device_alloc = segment_allocations;
+  stats.num_device_free = segment_releases;
+  stats.num_sync_all_streams = 0;
+  return stats;
+}
+
+void torch_allocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  per_device& d = slot(device);
+  const mr::caching_statistics s = caching(device).statistics();
+  std::lock_guard lock{d.mutex};
+  d.baseline = s;
+  d.requested_total_baseline = d.requested_total.load();
+  d.requested_freed_baseline = d.requested_freed.load();
+  d.block_total_baseline = d.block_total.load();
+  d.block_freed_baseline = d.block_freed.load();
+}
+
+void torch_allocator::resetPeakStats(c10::DeviceIndex device) {
+  per_device& d = slot(device);
+  mr::caching_resource& resource = caching(device);
+  resource.reset_peaks();
+  d.peak_live.store(d.live.load());
+  std::lock_guard lock{d.mutex};
+  d.segment_peak = as_int(resource.statistics().segments);
+}
+
+void* torch_allocator::raw_alloc(std::size_t bytes) {
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  return allocate_on(device, bytes, c10::cuda::getCurrentCUDAStream(device).stream());
+}
+
+void* torch_allocator::raw_alloc_with_stream(std::size_t bytes, cudaStream_t stream) {
+  return allocate_on(c10::cuda::current_device(), bytes, stream);
+}
+
+void torch_allocator::raw_delete(void* p) { release(p); }
+
+void torch_allocator::init(int device_count) { device_count_.store(device_count); }
+
+double torch_allocator::getMemoryFraction(c10::DeviceIndex device) {
+  per_device& d = slot(device);
+  std::lock_guard lock{d.mutex};
+  return d.memory_fraction;
+}
+
+void torch_allocator::setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  TORCH_CHECK(fraction > 0.0 && fraction <= 1.0, "syncmem.torch: set_per_process_memory_fraction: fraction ", fraction,
+              " is outside (0, 1]");
+  std::size_t free = 0;
+  std::size_t total = 0;
+  {
+    c10::cuda::CUDAGuard guard{device};
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  }
+  caching(device).set_limit(
+      fraction >= 1.0 ? std::nullopt
+                      : std::optional<std::size_t>{static_cast<std::size_t>(fraction * static_cast<double>(total))});
+  per_device& d = slot(device);
+  std::lock_guard lock{d.mutex};
+  d.memory_fraction = fraction;
+}
+
+std::vector<alloc::StreamSegmentSize> torch_allocator::getExpandableSegmentSizes(c10::DeviceIndex /*device*/) {
+  not_supported("getExpandableSegmentSizes (expandable segments of CUDA graph pools)");
+}
+
+void torch_allocator::enable(bool value) {
+  if (!value) not_supported("disabling the allocator (torch.cuda.memory._set_allocator_settings / enable(False))");
+}
+
+bool torch_allocator::isEnabled() const { return true; }
+
+void torch_allocator::cacheInfo(c10::DeviceIndex device, std::size_t* largest_block) {
+  *largest_block = caching(device).statistics().largest_free_block;
+}
+
+void* torch_allocator::getBaseAllocation(void* /*p*/, std::size_t* /*size*/) {
+  not_supported("getBaseAllocation (CUDA IPC: sharing CUDA tensors between processes)");
+}
+
+void torch_allocator::recordStream(const c10::DataPtr& p, c10::cuda::CUDAStream stream) {
+  // As PyTorch's allocator: pointers it did not hand out (empty tensors,
+  // from_blob) are left alone.
+  if (p.get() == nullptr || p.get_deleter() != &free_block) return;
+  allocation a;
+  {
+    shard& s = shard_of(p.get());
+    std::lock_guard lock{s.mutex};
+    auto it = s.live.find(p.get());
+    if (it == s.live.end()) return;
+    a = it->second;
+  }
+  if (a.stream == stream.stream() && a.device == stream.device_index()) return;
+  try {
+    caching(a.device).record_stream(p.get(), cuda::make_stream_view(stream.stream(), stream.device_index()));
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "syncmem.torch: record_stream: ", e.what());
+  }
+}
+
+alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool /*include_traces*/) {
+  if (mempool_id != c10::MempoolId_t{0, 0}) not_supported(graph_pools);
+  alloc::SnapshotInfo info;
+  for (c10::DeviceIndex device : used_devices()) {
+    const mr::allocator_snapshot snap = caching(device).snapshot();
+    for (const auto& seg : snap.segments) {
+      c10::CachingDeviceAllocator::SegmentInfo out;
+      out.device = device;
+      out.address = seg.address;
+      out.total_size = seg.size;
+      out.stream = parse_stream(seg.stream);
+      out.is_large = seg.pool != "small";
+      out.is_expandable = seg.pool == "expandable";
+      for (const auto& blk : seg.blocks) {
+        c10::CachingDeviceAllocator::BlockInfo b;
+        b.size = blk.size;
+        b.requested_size = blk.requested;
+        b.allocated = blk.state == mr::block_state::allocated;
+        b.active = blk.state != mr::block_state::free;
+        if (b.allocated) out.allocated_size += blk.size;
+        if (b.active) out.active_size += blk.size;
+        out.requested_size += blk.requested;
+        out.blocks.push_back(std::move(b));
+      }
+      info.segments.push_back(std::move(out));
+    }
+  }
+  info.device_traces.resize(static_cast<std::size_t>(std::max(device_count_.load(), 0)));
+  const char* conf = std::getenv("SYNCMEM_ALLOC_CONF");
+  info.config_metadata = alloc::AllocatorConfigInfo{
+      .garbage_collection_threshold = 0.0,
+      .max_split_size = 0,
+      .pinned_num_register_threads = 0,
+      .expandable_segments = false,
+      .release_lock_on_malloc = false,
+      .pinned_use_host_register = false,
+      .graph_capture_record_stream_reuse = false,
+      .last_allocator_settings = std::string{"syncmem SYNCMEM_ALLOC_CONF="} + (conf ? conf : ""),
+      .roundup_power2_divisions = {},
+  };
+  return info;
+}
+
+void torch_allocator::beginAllocateToPool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
+                                          std::function<bool(cudaStream_t)> /*filter*/) {
+  not_supported(graph_pools);
+}
+
+void torch_allocator::endAllocateToPool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
+  not_supported(graph_pools);
+}
+
+void torch_allocator::releasePool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
+  not_supported(graph_pools);
+}
+
+int torch_allocator::getPoolUseCount(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
+  not_supported(graph_pools);
+}
+
+void torch_allocator::createOrIncrefPool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
+                                         std::shared_ptr<CUDAAllocator> /*allocator*/) {
+  not_supported(graph_pools);
+}
+
+void torch_allocator::setUseOnOOM(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/, bool /*use_on_oom*/) {
+  not_supported(graph_pools);
+}
+
+void torch_allocator::setNoSplit(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
+  not_supported(graph_pools);
+}
+
+bool torch_allocator::checkPoolLiveAllocations(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
+                                               const std::unordered_set<void*>& /*expected_live_allocations*/) {
+  not_supported(graph_pools);
+}
+
+alloc::ShareableHandle torch_allocator::shareIpcHandle(void* /*p*/) {
+  not_supported("shareIpcHandle (CUDA IPC: sharing CUDA tensors between processes)");
+}
+
+std::shared_ptr<void> torch_allocator::getIpcDevPtr(std::string /*handle*/) {
+  not_supported("getIpcDevPtr (CUDA IPC: sharing CUDA tensors between processes)");
+}
+
+bool torch_allocator::isHistoryEnabled() { return false; }
+
+void torch_allocator::recordHistory(bool enabled, alloc::CreateContextFn /*context_recorder*/,
+                                    std::size_t /*alloc_trace_max_entries*/, alloc::RecordContext /*when*/,
+                                    bool /*clear_history*/, const std::vector<std::string>& /*skip_actions*/) {
+  if (enabled) {
+    not_supported(
+        "memory history recording (torch.cuda.memory._record_memory_history; syncmem.torch.save_snapshot "
+        "writes the current segments and blocks for `syncmem view`)");
+  }
+}
+
+void torch_allocator::attachOutOfMemoryObserver(alloc::OutOfMemoryObserver observer) {
+  std::lock_guard lock{observers_mutex_};
+  oom_observers_.push_back(std::move(observer));
+}
+
+void torch_allocator::attachAllocatorTraceTracker(alloc::AllocatorTraceTracker /*tracker*/) {
+  not_supported("allocator trace trackers (attachAllocatorTraceTracker)");
+}
+
+void torch_allocator::enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) {
+  c10::cuda::CUDAGuard guard{dev};
+  const cudaError_t rc = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+  if (rc == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();  // not an error: clear it
+    return;
+  }
+  C10_CUDA_CHECK(rc);
+}
+
+cudaError_t torch_allocator::memcpyAsync(void* dst, int dst_device, const void* src, int src_device, std::size_t count,
+                                         cudaStream_t stream, bool p2p_enabled) {
+  if (p2p_enabled || dst_device == src_device) {
+    return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+  }
+  return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
+}
+
+std::shared_ptr<alloc::AllocatorState> torch_allocator::getCheckpointState(c10::DeviceIndex /*device*/,
+                                                                           c10::MempoolId_t /*id*/) {
+  not_supported("checkpointed pool state (getCheckpointState, CUDA graph trees)");
+}
+
+alloc::CheckpointDelta torch_allocator::setCheckpointPoolState(c10::DeviceIndex /*device*/,
+                                                               std::shared_ptr<alloc::AllocatorState> /*pps*/) {
+  not_supported("checkpointed pool state (setCheckpointPoolState, CUDA graph trees)");
+}
+
+std::string torch_allocator::name() { return "syncmem"; }
+
+}  // namespace syncmem::interop
