@@ -27,6 +27,11 @@ struct held_block {
   std::weak_ptr<private_pools> pools;
   void* p;
   std::size_t bytes;
+  // A constructor, not aggregate init: make_shared cannot aggregate-initialise before clang 16.
+  held_block(std::weak_ptr<private_pools> owner, void* block, std::size_t size)
+      : pools{std::move(owner)}, p{block}, bytes{size} {}
+  held_block(const held_block&) = delete;
+  held_block& operator=(const held_block&) = delete;
   ~held_block() {
     if (auto alive = pools.lock()) alive->give_back(p, bytes);
   }
