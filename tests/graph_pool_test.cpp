@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "core/capture_registry.hpp"
 #include "counting_resource.hpp"
 #include "device_ops.hpp"
 #include "syncmem/copy.hpp"
@@ -394,6 +395,117 @@ TYPED_TEST(GraphPools, AForkedStreamAllocatesFromTheCapturesPool) {
       ASSERT_EQ(d[i], static_cast<std::uint8_t>(x[i] + 3)) << "round " << round << ", byte " << i;
     }
   }
+}
+
+// A block cached for a stream that is being captured is not handed to
+// another stream meanwhile: ordering that stream after the captured one
+// would record an event into the capture and pull the other stream into it.
+TYPED_TEST(GraphPools, AnotherStreamDoesNotTakeTheCapturedStreamsCachedBlocks) {
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, other{this->dev()};
+  const std::size_t n = 123'457;
+  void* cached = resource.allocate(n, s);
+  resource.deallocate(cached, n, s);
+  begin_capture(s);
+  void* p = resource.allocate(n, other);
+  EXPECT_NE(p, cached);
+  EXPECT_FALSE(is_capturing(other)) << "the other stream was pulled into the capture";
+  resource.deallocate(p, n, other);
+  graph g = end_capture(s);
+}
+
+// A capture another library begins itself (PyTorch's CUDAGraph) is announced
+// first with a filter of the streams it covers: until the capture runs the
+// filter refuses and allocations are ordinary; while it runs, the covered
+// stream allocates from the pool and reuses what it freed, other streams do
+// not; the graph replays on fresh inputs, and the pool's memory goes back
+// once the capture is over, the handle is gone and its last block is freed.
+TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
+  scoped_emulated_delay delay{std::chrono::microseconds{20}};
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
+  stream s{this->dev()}, other{this->dev()};
+  CUstream_st* const handle = stream_view{s}.native_handle();
+  auto& backend = detail::backend_for(this->dev());
+  const int index = this->dev().index();
+  const std::size_t n = 70'001;
+  pinned input{this->dev(), n}, output{this->dev(), n};
+  const auto delta = static_cast<std::uint8_t>(rng()() | 1u);
+  std::optional<graph_pool> pool{std::in_place};
+  int asked = 0;
+  const std::uint64_t token =
+      detail::external_capture_began(this->dev(), detail::graph_pool_access::state(*pool), [&](CUstream_st* h) {
+        ++asked;
+        device_guard guard{this->dev()};
+        return h == handle && backend.stream_capturing(index, h);
+      });
+
+  void* before = resource->allocate(n, s);  // announced, not yet begun: ordinary
+  EXPECT_GT(asked, 0) << "the filter decides";
+  EXPECT_EQ(pool->reserved_bytes(), 0u);
+  resource->deallocate(before, n, s);
+  s.synchronize();
+
+  backend.begin_capture(index, handle);
+  void* a = resource->allocate(n, s);
+  EXPECT_GE(pool->reserved_bytes(), n) << "the covered stream allocates from the pool";
+  (void)copy_async(a, input.data(), n, s);
+  void* b = resource->allocate(n, s);
+  (void)copy_async(b, a, n, s);
+  resource->deallocate(a, n, s);
+  void* c = resource->allocate(n, s);
+  EXPECT_EQ(c, a) << "freed in the capture on the allocating stream: reused";
+  device_add_bytes(s, b, n, delta);
+  (void)copy_async(c, b, n, s);
+  (void)copy_async(output.data(), c, n, s);
+  const std::size_t reserved = pool->reserved_bytes();
+  void* elsewhere = resource->allocate(n, other);  // not covered: the cache
+  EXPECT_EQ(pool->reserved_bytes(), reserved);
+  EXPECT_FALSE(overlaps(elsewhere, n, a, n) || overlaps(elsewhere, n, b, n));
+  resource->deallocate(elsewhere, n, other);
+  resource->deallocate(c, n, s);
+  void* const captured = backend.end_capture(index, handle);
+  detail::external_capture_ended(token);
+
+  void* after = resource->allocate(n, s);  // the capture is over: ordinary again
+  EXPECT_EQ(pool->reserved_bytes(), reserved);
+  EXPECT_FALSE(overlaps(after, n, a, n) || overlaps(after, n, b, n)) << "the graph's memory is reused outside it";
+  resource->deallocate(after, n, s);
+
+  for (int round = 0; round < 10; ++round) {
+    const bytes_t source = random_bytes(n);
+    input.write(source);
+    backend.launch_graph(index, captured, handle);
+    s.synchronize();
+    const bytes_t out = output.read();
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], static_cast<std::uint8_t>(source[i] + delta)) << "launch " << round << ", byte " << i;
+    }
+  }
+  backend.destroy_graph(index, captured);
+  pool.reset();
+  EXPECT_GT(upstream.live.load(), 0) << "`b` is live: its pool stays";
+  resource->deallocate(b, n, s);
+  resource->empty_cache();
+  EXPECT_EQ(upstream.live.load(), 0) << "the pool's segments go back with its last block";
+  resource.reset();
+}
+
+// Ending an external capture twice, or one never begun, is harmless; while
+// none is open, no filter is asked.
+TYPED_TEST(GraphPools, EndingAnExternalCaptureIsIdempotent) {
+  graph_pool pool;
+  int asked = 0;
+  const std::uint64_t token = detail::external_capture_began(this->dev(), detail::graph_pool_access::state(pool),
+                                                             [&](CUstream_st*) { return ++asked, false; });
+  detail::external_capture_ended(token);
+  detail::external_capture_ended(token);
+  detail::external_capture_ended(token + 1'000'000);
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()};
+  resource.deallocate(resource.allocate(4096, s), 4096, s);
+  EXPECT_EQ(asked, 0);
+  EXPECT_EQ(pool.reserved_bytes(), 0u);
 }
 
 }  // namespace

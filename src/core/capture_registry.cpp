@@ -3,6 +3,7 @@
 #include <map>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "syncmem/device_guard.hpp"
@@ -17,11 +18,18 @@ stream_key key_of(stream_view s) {
   return {static_cast<int>(s.device().kind()), s.device().index(), s.native_handle()};
 }
 
+struct external_capture {
+  device_id device;
+  capture_info info;
+  stream_filter covers;
+};
+
 struct registry {
   std::mutex mutex;
   std::map<stream_key, capture_info> open;  // by the stream begin_capture was called on
   std::map<std::pair<int, unsigned long long>, stream_key>
-      forked;  // by the backend's capture sequence, where it has one
+      forked;                                          // by the backend's capture sequence, where it has one
+  std::map<std::uint64_t, external_capture> external;  // by number
   std::uint64_t next_number = 1;
 };
 
@@ -74,13 +82,42 @@ std::shared_ptr<graph_pool_state> capture_ended(stream_view s) noexcept {
   return pool;
 }
 
+std::uint64_t external_capture_began(device_id device, std::shared_ptr<graph_pool_state> pool, stream_filter covers) {
+  auto& r = captures();
+  std::uint64_t number = 0;
+  {
+    std::lock_guard lock{r.mutex};
+    number = r.next_number++;
+    r.external.emplace(number, external_capture{device, capture_info{std::move(pool), number}, std::move(covers)});
+  }
+  capture_opened();
+  return number;
+}
+
+void external_capture_ended(std::uint64_t token) noexcept {
+  auto& r = captures();
+  {
+    std::lock_guard lock{r.mutex};
+    if (r.external.erase(token) == 0) return;
+  }
+  capture_closed();
+}
+
 std::optional<capture_info> capture_on(stream_view s) {
   if (!captures_open()) return std::nullopt;
   auto& r = captures();
+  std::vector<external_capture> candidates;
   {
     std::lock_guard lock{r.mutex};
     const auto it = r.open.find(key_of(s));
     if (it != r.open.end()) return it->second;
+    for (const auto& [number, capture] : r.external) {
+      if (capture.device == s.device()) candidates.push_back(capture);
+    }
+  }
+  // Asked outside the lock: a filter may call into the driver, or back into syncmem.
+  for (const auto& capture : candidates) {
+    if (capture.covers(s.native_handle())) return capture.info;
   }
   // A stream that a capture has forked to (it waited for an event recorded on a capturing stream).
   const unsigned long long sequence = sequence_of(s);

@@ -8,12 +8,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "syncmem/device.hpp"
 #include "syncmem/graph_pool.hpp"
 #include "syncmem/stream.hpp"
 
@@ -59,7 +61,17 @@ struct capture_info {
 void capture_began(stream_view s, std::shared_ptr<graph_pool_state> pool);
 // Called when the capture of `s` is over, however it ended; returns its pool.
 std::shared_ptr<graph_pool_state> capture_ended(stream_view s) noexcept;
-// The capture syncmem::begin_capture opened on `s`, if any.
+// A capture another library begins and ends itself (PyTorch's CUDAGraph):
+// registered before its streams capture, it covers the streams of `device`
+// that `covers` accepts (a native stream handle), from then until
+// external_capture_ended. Returns a token for external_capture_ended.
+using stream_filter = std::function<bool(CUstream_st*)>;
+[[nodiscard]] std::uint64_t external_capture_began(device_id device, std::shared_ptr<graph_pool_state> pool,
+                                                   stream_filter covers);
+void external_capture_ended(std::uint64_t token) noexcept;
+
+// The capture syncmem::begin_capture opened on `s`, or an external capture
+// that covers `s`, if any.
 [[nodiscard]] std::optional<capture_info> capture_on(stream_view s);
 
 }  // namespace syncmem::detail

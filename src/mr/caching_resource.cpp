@@ -74,7 +74,10 @@ const caching_options& caching_resource::options() const noexcept { return state
 memory_resource* caching_resource::upstream() const noexcept { return state_->upstream(); }
 bool caching_resource::expandable() const noexcept { return state_->growable(); }
 
-void caching_resource::record_stream(void* p, stream_view stream) { state_->record_stream(p, stream); }
+void caching_resource::record_stream(void* p, stream_view stream) {
+  if (private_->is_live_block(p)) return;  // a graph's block: reused in capture order, see private_pools.hpp
+  state_->record_stream(p, stream);
+}
 
 void caching_resource::release_stream(stream_view stream) {
   SYNCMEM_EXPECTS(stream.device() == *device(),

@@ -125,7 +125,9 @@ class caching_resource final : public memory_resource {
 
   /// @brief Declares that the live allocation `p` is used on `stream` too:
   /// after it is freed, it is not handed out again until the work enqueued on
-  /// `stream` before the free has completed.
+  /// `stream` before the free has completed. A block of a graph_pool (made
+  /// during a capture) is left alone: its reuse follows the order in which
+  /// the pool's graphs were captured (docs/graphs.md), not streams.
   /// @throws syncmem::logic_error when `p` is not a live allocation of this
   ///   resource, or `stream` belongs to another device
   void record_stream(void* p, stream_view stream);

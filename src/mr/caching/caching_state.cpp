@@ -230,9 +230,12 @@ block* caching_state::steal(pool_kind kind, std::size_t key, stream_pool& pool, 
     ++totals_.stream_waits;
     return b;
   };
+  const bool captures = syncmem::detail::captures_open();
   for (const auto& [stream, other] : pools_.live()) {
     if (other.get() == &pool || other->index(kind).empty()) continue;
     CUstream_st* const from = stream;
+    // An event recorded on a capturing stream would pull `s` into the capture.
+    if (captures && syncmem::detail::backend_for(device_).stream_capturing(device_.index(), from)) continue;
     if (block* b = take(*other, [&] { events_.order_after(from, s.native_handle()); })) return b;
   }
   for (const auto& other : pools_.retired()) {

@@ -177,6 +177,12 @@ bool private_pools::deallocate(void* p, std::size_t bytes, stream_view s) noexce
   return false;
 }
 
+bool private_pools::is_live_block(void* p) {
+  if (live_count_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard lock{mutex_};
+  return live_.contains(p);
+}
+
 void private_pools::detach() noexcept {
   std::lock_guard lock{mutex_};
   release_ = nullptr;

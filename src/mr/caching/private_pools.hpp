@@ -100,6 +100,9 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   [[nodiscard]] bool may_take() const noexcept {
     return syncmem::detail::captures_open() || live_count_.load(std::memory_order_acquire) > 0;
   }
+  // Whether `p` is a live block of a private pool (record_stream leaves those
+  // alone: their reuse follows the captures' order, not events).
+  [[nodiscard]] bool is_live_block(void* p);
   // The resource is going: ordinary blocks held by graphs are no longer given back.
   void detach() noexcept;
 
