@@ -11,9 +11,10 @@ PyTorch's current stream and freed on it. Tensor.record_stream,
 torch.cuda.empty_cache, torch.cuda.memory_stats (memory_allocated,
 memory_reserved, max_memory_allocated, reset_peak_memory_stats...) and
 torch.cuda.memory_snapshot answer from syncmem; save_snapshot() writes the
-snapshot `syncmem view` draws. What syncmem's allocator does not offer yet
-(CUDA graph private pools, CUDA IPC, memory history, checkpointed pool
-state) raises NotImplementedError naming the feature.
+snapshot `syncmem view` draws. torch.cuda.graph allocates from syncmem's
+graph pools. What syncmem's allocator does not offer yet (torch.cuda.MemPool,
+CUDA IPC, memory history, checkpointed pool state) raises NotImplementedError
+naming the feature.
 """
 
 from __future__ import annotations

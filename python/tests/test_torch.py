@@ -244,6 +244,91 @@ def test_without_record_stream_the_block_is_reused_at_once():
     assert int(checked(run_python(RECORD_STREAM, str(seed), "none")).stdout.strip()) > 0
 
 
+GRAPHS = """
+import gc, sys
+import torch
+import syncmem.torch
+syncmem.torch.enable()
+seed = int(sys.argv[1])
+dev = torch.device("cuda")
+gen = torch.Generator(device=dev).manual_seed(seed)
+n = 8 * 1024 * 1024  # 32 MiB of float32 per intermediate
+x = torch.empty(n, device=dev)
+side = torch.cuda.Stream()
+captured = []  # addresses the graphs allocated
+
+def first(record):
+    # the side stream is forked from the capturing one and joined back
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        d = x + 2
+        e = d * x
+    torch.cuda.current_stream().wait_stream(side)
+    a = x * 3 + 1
+    b = a.relu() - x
+    if record:
+        captured.extend([d.data_ptr(), e.data_ptr(), a.data_ptr(), b.data_ptr()])
+    del a, d
+    return b * b + e, e
+
+def second(y, record):
+    c = y * 0.5 - x
+    if record:
+        captured.append(c.data_ptr())
+    return torch.cat([c[: n // 2], y[n // 2:]]) + 1
+
+# warm-up outside capture, then the free memory the graphs must give back
+x.normal_(generator=gen)
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    for _ in range(2):
+        y, _e = first(False)
+        second(y, False)
+torch.cuda.current_stream().wait_stream(s)
+del y, _e
+torch.cuda.synchronize()
+torch.cuda.empty_cache()
+free_before = torch.cuda.mem_get_info()[0]
+
+pool = torch.cuda.graph_pool_handle()
+g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+with torch.cuda.graph(g1, pool=pool):
+    out1, e_out = first(True)
+with torch.cuda.graph(g2, pool=pool):
+    out2 = second(out1, True)
+captured += [out1.data_ptr(), e_out.data_ptr(), out2.data_ptr()]
+assert torch.cuda.mem_get_info()[0] < free_before - 4 * n * 4, "the graphs reserved nothing"
+
+for launch in range(20):
+    x.normal_(generator=gen)
+    g1.replay()
+    g2.replay()
+    # the same computation eagerly, on memory outside the graphs
+    y, e = first(False)
+    z = second(y, False)
+    torch.cuda.synchronize()
+    for t in (y, e, z):
+        assert t.data_ptr() not in captured, "an ordinary tensor got a graph's memory"
+    assert torch.equal(out1, y), f"launch {launch}: the first graph's output differs"
+    assert torch.equal(out2, z), f"launch {launch}: the second graph's output differs"
+
+del g1, g2, out1, out2, e_out, y, e, z
+gc.collect()
+torch.cuda.synchronize()
+torch.cuda.empty_cache()
+free_after = torch.cuda.mem_get_info()[0]
+assert free_after >= free_before - (16 << 20), f"the graphs kept {(free_before - free_after) >> 20} MiB"
+print("ok")
+"""
+
+
+def test_cuda_graphs_allocate_from_syncmem_graph_pools_and_give_them_back():
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed}")
+    assert checked(run_python(GRAPHS, str(seed))).stdout.strip().endswith("ok")
+
+
 UNSUPPORTED = """
 import torch
 import syncmem.torch
@@ -259,12 +344,7 @@ def expect(what, f):
     raise AssertionError(f"{what}: no error")
 expect("memory history recording", lambda: torch.cuda.memory._record_memory_history())
 expect("CUDA IPC", lambda: x.untyped_storage()._share_cuda_())
-expect("CUDA graph private memory pools", lambda: torch.cuda.MemPool())
-def capture():
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        x.mul_(2)
-expect("CUDA graph private memory pools", capture)
+expect("torch.cuda.MemPool", lambda: torch.cuda.MemPool())
 print("ok")
 """
 

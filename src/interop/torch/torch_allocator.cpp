@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/capture_registry.hpp"
 #include "syncmem/cuda/interop.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
@@ -25,8 +26,9 @@ namespace {
 namespace alloc = c10::cuda::CUDACachingAllocator;
 using c10::CachingDeviceAllocator::DeviceStats;
 
-constexpr std::string_view graph_pools =
-    "CUDA graph private memory pools (torch.cuda.graph, torch.cuda.MemPool, graph_pool_handle)";
+constexpr std::string_view mem_pools =
+    "torch.cuda.MemPool (memory pools outside CUDA graph capture; torch.cuda.graph and graph_pool_handle are "
+    "supported)";
 
 // The pointer the never-destroyed instance is reached by (PyTorch's deleters
 // are plain function pointers).
@@ -197,7 +199,7 @@ void torch_allocator::copy_data(void* dest, const void* src, std::size_t count) 
 bool torch_allocator::initialized() { return true; }
 
 void torch_allocator::emptyCache(c10::MempoolId_t mempool_id) {
-  if (mempool_id != c10::MempoolId_t{0, 0}) not_supported(graph_pools);
+  if (mempool_id != c10::MempoolId_t{0, 0}) not_supported("emptying one pool (emptyCache of a MemPool)");
   for (c10::DeviceIndex device : used_devices()) caching(device).empty_cache();
 }
 
@@ -332,7 +334,7 @@ void torch_allocator::recordStream(const c10::DataPtr& p, c10::cuda::CUDAStream 
 }
 
 alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool /*include_traces*/) {
-  if (mempool_id != c10::MempoolId_t{0, 0}) not_supported(graph_pools);
+  if (mempool_id != c10::MempoolId_t{0, 0}) not_supported("the snapshot of one pool (memory_snapshot(mempool_id))");
   alloc::SnapshotInfo info;
   for (c10::DeviceIndex device : used_devices()) {
     const mr::allocator_snapshot snap = caching(device).snapshot();
@@ -374,39 +376,68 @@ alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool 
   return info;
 }
 
-void torch_allocator::beginAllocateToPool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
-                                          std::function<bool(cudaStream_t)> /*filter*/) {
-  not_supported(graph_pools);
+void torch_allocator::beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                          std::function<bool(cudaStream_t)> filter) {
+  (void)slot(device);  // checks the index
+  TORCH_CHECK(filter, "syncmem.torch: beginAllocateToPool without a stream filter");
+  std::lock_guard lock{pools_mutex_};
+  graph_pool_use& use = pools_[{device, mempool_id}];
+  TORCH_CHECK(use.capture == 0, "syncmem.torch: beginAllocateToPool: pool (", mempool_id.first, ", ", mempool_id.second,
+              ") of cuda:", static_cast<int>(device), " already has a capture allocating to it");
+  // The capture is registered before PyTorch begins it (as PyTorch's own
+  // allocator does); `filter` accepts the streams it covers once it runs.
+  use.capture = syncmem::detail::external_capture_began(device_id::cuda(device),
+                                                        syncmem::detail::graph_pool_access::state(use.pool),
+                                                        [f = std::move(filter)](CUstream_st* s) { return f(s); });
+  ++use.uses;
 }
 
-void torch_allocator::endAllocateToPool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
-  not_supported(graph_pools);
+void torch_allocator::endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  std::lock_guard lock{pools_mutex_};
+  const auto it = pools_.find({device, mempool_id});
+  TORCH_CHECK(it != pools_.end() && it->second.capture != 0,
+              "syncmem.torch: endAllocateToPool: no capture of cuda:", static_cast<int>(device), " allocates to pool (",
+              mempool_id.first, ", ", mempool_id.second, ")");
+  syncmem::detail::external_capture_ended(std::exchange(it->second.capture, 0));
 }
 
-void torch_allocator::releasePool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
-  not_supported(graph_pools);
+void torch_allocator::releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  graph_pool dropped;  // released after the lock: freeing a pool's segments waits for the device
+  {
+    std::lock_guard lock{pools_mutex_};
+    const auto it = pools_.find({device, mempool_id});
+    if (it == pools_.end()) return;  // as PyTorch's: releasing a pool nothing used is harmless
+    if (--it->second.uses > 0) return;
+    if (it->second.capture != 0) syncmem::detail::external_capture_ended(it->second.capture);
+    dropped = std::move(it->second.pool);
+    pools_.erase(it);
+  }
 }
 
-int torch_allocator::getPoolUseCount(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
-  not_supported(graph_pools);
+int torch_allocator::getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  std::lock_guard lock{pools_mutex_};
+  const auto it = pools_.find({device, mempool_id});
+  return it == pools_.end() ? 0 : it->second.uses;
 }
 
 void torch_allocator::createOrIncrefPool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
                                          std::shared_ptr<CUDAAllocator> /*allocator*/) {
-  not_supported(graph_pools);
+  // MemPool routes a thread's allocations outside capture, where syncmem's
+  // private pools' reuse rule (graphs replay in capture order) does not hold.
+  not_supported(mem_pools);
 }
 
 void torch_allocator::setUseOnOOM(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/, bool /*use_on_oom*/) {
-  not_supported(graph_pools);
+  not_supported(mem_pools);
 }
 
 void torch_allocator::setNoSplit(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
-  not_supported(graph_pools);
+  not_supported(mem_pools);
 }
 
 bool torch_allocator::checkPoolLiveAllocations(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
                                                const std::unordered_set<void*>& /*expected_live_allocations*/) {
-  not_supported(graph_pools);
+  not_supported(mem_pools);
 }
 
 alloc::ShareableHandle torch_allocator::shareIpcHandle(void* /*p*/) {

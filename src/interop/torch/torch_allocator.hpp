@@ -12,11 +12,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "syncmem/graph_pool.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 
 namespace syncmem::interop {
@@ -32,7 +34,13 @@ namespace syncmem::interop {
 /// - getDeviceStats, resetPeakStats, resetAccumulatedStats, snapshot,
 ///   emptyCache, cacheInfo, setMemoryFraction: from the caching_resource's
 ///   statistics, snapshot, empty_cache and limit.
-/// - What syncmem does not offer yet (CUDA graph private pools, IPC handles,
+/// - beginAllocateToPool / endAllocateToPool / releasePool (torch.cuda.graph,
+///   make_graphed_callables, pool sharing through graph_pool_handle): each
+///   PyTorch pool id is a syncmem::graph_pool, and while a capture is open the
+///   allocations on the streams it covers come from that pool (syncmem's
+///   private pools, docs/graphs.md); the pool goes when its last use is
+///   released and its last block is freed.
+/// - What syncmem does not offer yet (torch.cuda.MemPool, IPC handles,
 ///   checkpointed pool state, allocation history, trace trackers, expandable
 ///   segment sizes, disabling the allocator) throws NotImplementedError
 ///   naming the feature.
@@ -151,6 +159,15 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   std::array<per_device, max_devices> devices_;
   std::unique_ptr<shard[]> shards_;
   std::atomic<int> device_count_{0};
+  // PyTorch's graph pools, by (device, pool id): syncmem's pool, how many
+  // captures and graphs use it, and the open capture allocating to it (0: none).
+  struct graph_pool_use {
+    graph_pool pool;
+    int uses = 0;
+    std::uint64_t capture = 0;
+  };
+  std::mutex pools_mutex_;
+  std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, graph_pool_use> pools_;
   std::mutex observers_mutex_;
   std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> oom_observers_;
 };
