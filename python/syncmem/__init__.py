@@ -14,8 +14,39 @@ syncmem.torch (PyTorch's CUDA allocator on syncmem's caching resource).
 
 from __future__ import annotations
 
-from . import _syncmem
-from ._syncmem import (  # noqa: F401  (the public API)
+
+def _share_the_cuda_runtime_of_the_wheels() -> None:
+    """Loads the CUDA runtime of the nvidia-* wheels, when installed, before libsyncmem.
+
+    PyTorch (and other packages of CUDA wheels) load libcudart from those
+    wheels by path. Loaded first, libsyncmem would bring the toolkit's copy,
+    and the process would then hold two CUDA runtimes (torch imported after
+    syncmem aborted in free()). Loaded here, the wheel's copy is the one
+    libsyncmem binds to, as it is when torch is imported first.
+    """
+    import ctypes
+    import glob
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    for base in sys.path:
+        if not base or not os.path.isdir(os.path.join(base, "nvidia")):
+            continue
+        for folder in ("cuda_runtime", "cu13", "cu12"):  # PyTorch's order of search
+            for path in sorted(glob.glob(os.path.join(base, "nvidia", folder, "lib", "libcudart.so.*[0-9]"))):
+                try:
+                    ctypes.CDLL(path)
+                except OSError:
+                    continue
+                return
+
+
+_share_the_cuda_runtime_of_the_wheels()
+
+from . import _syncmem  # noqa: E402
+from ._syncmem import (  # noqa: F401, E402  (the public API)
     CudaError,
     Error,
     LogicError,

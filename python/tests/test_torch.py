@@ -244,6 +244,22 @@ def test_without_record_stream_the_block_is_reused_at_once():
     assert int(checked(run_python(RECORD_STREAM, str(seed), "none")).stdout.strip()) > 0
 
 
+IMPORTED_FIRST = """
+import syncmem, syncmem.torch  # before torch: syncmem must not bring a second CUDA runtime
+syncmem.torch.enable()
+import torch
+x = torch.arange(1 << 20, device="cuda")  # int64: the sum is exact
+assert (x * 2).sum().item() == (1 << 20) * ((1 << 20) - 1)
+runtimes = {line.split()[-1] for line in open("/proc/self/maps") if "libcudart.so" in line}
+assert len(runtimes) == 1, f"CUDA runtimes loaded: {sorted(runtimes)}"
+print("ok")
+"""
+
+
+def test_syncmem_imported_before_torch_shares_its_cuda_runtime():
+    assert checked(run_python(IMPORTED_FIRST)).stdout.strip().endswith("ok")
+
+
 GRAPHS = """
 import gc, sys
 import torch
@@ -277,16 +293,23 @@ def second(y, record):
         captured.append(c.data_ptr())
     return torch.cat([c[: n // 2], y[n // 2:]]) + 1
 
-# warm-up outside capture, then the free memory the graphs must give back
+# Warm-up outside capture, every kernel used below included (the first use
+# of a kernel may grow CUDA's own reservations), then the free memory the
+# graphs must give back.
 x.normal_(generator=gen)
 s = torch.cuda.Stream()
 s.wait_stream(torch.cuda.current_stream())
 with torch.cuda.stream(s):
     for _ in range(2):
         y, _e = first(False)
-        second(y, False)
+        _z = second(y, False)
+        assert torch.equal(y, y) and torch.equal(_z, _z)
 torch.cuda.current_stream().wait_stream(s)
-del y, _e
+y, _e = first(False)
+_z = second(y, False)
+assert torch.equal(y, y) and torch.equal(_z, _z)
+torch.cuda.synchronize()
+del y, _e, _z
 torch.cuda.synchronize()
 torch.cuda.empty_cache()
 free_before = torch.cuda.mem_get_info()[0]
