@@ -263,8 +263,9 @@ def test_syncmem_imported_before_torch_shares_its_cuda_runtime():
 GRAPHS = """
 import gc, sys
 import torch
-import syncmem.torch
-syncmem.torch.enable()
+if sys.argv[2] == "syncmem":
+    import syncmem.torch
+    syncmem.torch.enable()
 seed = int(sys.argv[1])
 dev = torch.device("cuda")
 gen = torch.Generator(device=dev).manual_seed(seed)
@@ -340,16 +341,19 @@ del g1, g2, out1, out2, e_out, y, e, z
 gc.collect()
 torch.cuda.synchronize()
 torch.cuda.empty_cache()
-free_after = torch.cuda.mem_get_info()[0]
-assert free_after >= free_before - (16 << 20), f"the graphs kept {(free_before - free_after) >> 20} MiB"
-print("ok")
+print(free_before - torch.cuda.mem_get_info()[0])  # what the graphs kept
 """
 
 
 def test_cuda_graphs_allocate_from_syncmem_graph_pools_and_give_them_back():
+    # PyTorch's own allocator runs the same script as the control: what CUDA
+    # itself keeps after the graphs go is allowed, no more.
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"random seed {seed}")
-    assert checked(run_python(GRAPHS, str(seed))).stdout.strip().endswith("ok")
+    kept = {mode: int(checked(run_python(GRAPHS, str(seed), mode)).stdout.strip().splitlines()[-1])
+            for mode in ("torch", "syncmem")}
+    print(f"bytes kept after the graphs went: {kept}")
+    assert kept["syncmem"] <= max(kept["torch"], 0) + (16 << 20), kept
 
 
 UNSUPPORTED = """
