@@ -20,9 +20,9 @@ def _share_the_cuda_runtime_of_the_wheels() -> None:
 
     PyTorch (and other packages of CUDA wheels) load libcudart from those
     wheels by path. Loaded first, libsyncmem would bring the toolkit's copy,
-    and the process would then hold two CUDA runtimes (torch imported after
-    syncmem aborted in free()). Loaded here, the wheel's copy is the one
-    libsyncmem binds to, as it is when torch is imported first.
+    and the process would then hold two CUDA runtimes. Loaded here, the
+    wheel's copy is the one libsyncmem binds to, as it is when torch is
+    imported first.
     """
     import ctypes
     import glob
