@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -347,34 +349,39 @@ void check_overlap(const communicator& c, const char* name, const void* a, std::
                   fmt::format("{}: {}: send and recv overlap; in place means {}", c.to_string(), name, in_place));
 }
 
-// Orders a device_buffer used on `s` with the buffer's own stream, both ways.
+// Orders the device_buffers a call uses on `s` with their own streams, both
+// ways; each stream once, however many of the buffers it holds.
 class buffer_order {
  public:
-  buffer_order(const device_buffer& b, stream_view s, device_id device) : s_{s} {
-    const auto own = b.stream();
-    if (!own || *own == s) return;
-    own_.emplace(*own);
-    event before{device};
-    before.record(*own);
-    s.wait(before);
+  buffer_order(std::initializer_list<const device_buffer*> buffers, stream_view s, device_id device)
+      : s_{s}, device_{device} {
+    for (const device_buffer* b : buffers) {
+      const auto own = b->stream();
+      if (!own || *own == s || std::find(own_.begin(), own_.end(), *own) != own_.end()) continue;
+      own_.push_back(*own);
+      event before{device};
+      before.record(*own);
+      s.wait(before);
+    }
   }
   buffer_order(const buffer_order&) = delete;
   buffer_order& operator=(const buffer_order&) = delete;
   ~buffer_order() = default;
-  // After the call: the buffer's stream waits for it once it is on `s`
+  // After the call: the buffers' streams wait for it once it is on `s`
   // (at the end of the thread's nccl::group, if one is open).
-  void done(device_id device) const {
-    if (!own_) return;
-    detail::after_enqueued([device, s = s_, own = *own_] {
+  void done() const {
+    if (own_.empty()) return;
+    detail::after_enqueued([device = device_, s = s_, own = own_] {
       event after{device};
       after.record(s);
-      own.wait(after);
+      for (const stream_view o : own) o.wait(after);
     });
   }
 
  private:
   stream_view s_;
-  std::optional<stream_view> own_;
+  device_id device_;
+  std::vector<stream_view> own_;
 };
 
 std::size_t elements(const communicator& c, const char* name, const char* arg, const device_buffer& b, dtype type) {
@@ -523,30 +530,25 @@ void communicator::recv(void* buffer, std::size_t count, dtype type, int peer, s
 // ==== device buffers ================================================================
 
 void communicator::all_reduce(const device_buffer& send, device_buffer& recv, dtype type, reduce_op op, stream_view s) {
-  const auto device = this->device();
   const std::size_t n = elements(*this, "all_reduce", "send", send, type);
   const std::size_t m = elements(*this, "all_reduce", "recv", recv, type);
   SYNCMEM_EXPECTS(n == m, fmt::format("{}: all_reduce: recv has {} {} elements, expected {} (send's)", to_string(), m,
                                       syncmem::to_string(type), n));
   check_stream(*this, "all_reduce", s);
-  buffer_order a{send, s, device};
-  buffer_order b{recv, s, device};
+  const buffer_order order{{&send, &recv}, s, device()};
   submit({collective::all_reduce, send.data(), recv.data(), n, type, op, 0}, s, true);
-  a.done(device);
-  b.done(device);
+  order.done();
 }
 
 void communicator::broadcast(device_buffer& buffer, dtype type, int root, stream_view s) {
-  const auto device = this->device();
   const std::size_t n = elements(*this, "broadcast", "buffer", buffer, type);
   check_stream(*this, "broadcast", s);
-  buffer_order a{buffer, s, device};
+  const buffer_order order{{&buffer}, s, device()};
   submit({collective::broadcast, buffer.data(), buffer.data(), n, type, reduce_op::sum, root}, s, true);
-  a.done(device);
+  order.done();
 }
 
 void communicator::all_gather(const device_buffer& send, device_buffer& recv, dtype type, stream_view s) {
-  const auto device = this->device();
   const std::size_t n = elements(*this, "all_gather", "send", send, type);
   const std::size_t m = elements(*this, "all_gather", "recv", recv, type);
   SYNCMEM_EXPECTS(
@@ -554,16 +556,13 @@ void communicator::all_gather(const device_buffer& send, device_buffer& recv, dt
       fmt::format("{}: all_gather: recv has {} {} elements, expected {} ({} ranks of send's {})", to_string(), m,
                   syncmem::to_string(type), n * static_cast<std::size_t>(size()), size(), n));
   check_stream(*this, "all_gather", s);
-  buffer_order a{send, s, device};
-  buffer_order b{recv, s, device};
+  const buffer_order order{{&send, &recv}, s, device()};
   submit({collective::all_gather, send.data(), recv.data(), n, type, reduce_op::sum, 0}, s, true);
-  a.done(device);
-  b.done(device);
+  order.done();
 }
 
 void communicator::reduce_scatter(const device_buffer& send, device_buffer& recv, dtype type, reduce_op op,
                                   stream_view s) {
-  const auto device = this->device();
   const std::size_t n = elements(*this, "reduce_scatter", "send", send, type);
   const std::size_t m = elements(*this, "reduce_scatter", "recv", recv, type);
   SYNCMEM_EXPECTS(
@@ -571,29 +570,25 @@ void communicator::reduce_scatter(const device_buffer& send, device_buffer& recv
       fmt::format("{}: reduce_scatter: send has {} {} elements, expected {} ({} ranks of recv's {})", to_string(), n,
                   syncmem::to_string(type), m * static_cast<std::size_t>(size()), size(), m));
   check_stream(*this, "reduce_scatter", s);
-  buffer_order a{send, s, device};
-  buffer_order b{recv, s, device};
+  const buffer_order order{{&send, &recv}, s, device()};
   submit({collective::reduce_scatter, send.data(), recv.data(), m, type, op, 0}, s, true);
-  a.done(device);
-  b.done(device);
+  order.done();
 }
 
 void communicator::send(const device_buffer& buffer, dtype type, int peer, stream_view s) {
-  const auto device = this->device();
   const std::size_t n = elements(*this, "send", "buffer", buffer, type);
   check_stream(*this, "send", s);
-  buffer_order a{buffer, s, device};
+  const buffer_order order{{&buffer}, s, device()};
   submit({collective::send, buffer.data(), nullptr, n, type, reduce_op::sum, peer}, s, true);
-  a.done(device);
+  order.done();
 }
 
 void communicator::recv(device_buffer& buffer, dtype type, int peer, stream_view s) {
-  const auto device = this->device();
   const std::size_t n = elements(*this, "recv", "buffer", buffer, type);
   check_stream(*this, "recv", s);
-  buffer_order a{buffer, s, device};
+  const buffer_order order{{&buffer}, s, device()};
   submit({collective::recv, nullptr, buffer.data(), n, type, reduce_op::sum, peer}, s, true);
-  a.done(device);
+  order.done();
 }
 
 // ==== tensors ==========================================================================
