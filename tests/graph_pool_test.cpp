@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend_block.hpp"
 #include "core/capture_registry.hpp"
 #include "counting_resource.hpp"
 #include "device_ops.hpp"
@@ -34,31 +35,7 @@ namespace {
 
 using bytes_t = std::vector<std::uint8_t>;
 
-// Pinned host memory of a device's backend; the streams that use it must be
-// idle when the host reads or writes it.
-class pinned {
- public:
-  pinned(device_id d, std::size_t size) : device_{d}, size_{size} {
-    device_guard guard{d};
-    p_ = static_cast<std::uint8_t*>(detail::backend_for(d).allocate_pinned(size, 0));
-  }
-  ~pinned() {
-    device_guard guard{device_};
-    synchronize_device(device_);
-    detail::backend_for(device_).deallocate_pinned(p_, size_);
-  }
-  pinned(const pinned&) = delete;
-  pinned& operator=(const pinned&) = delete;
-
-  [[nodiscard]] std::uint8_t* data() const { return p_; }
-  void write(const bytes_t& b) const { std::memcpy(p_, b.data(), b.size()); }
-  [[nodiscard]] bytes_t read() const { return {p_, p_ + size_}; }
-
- private:
-  device_id device_;
-  std::size_t size_;
-  std::uint8_t* p_ = nullptr;
-};
+using pinned = backend_block;  // pinned host memory of the device's backend
 
 bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
   const auto* x = static_cast<const std::uint8_t*>(a);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend_block.hpp"
 #include "device_ops.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device_guard.hpp"
@@ -35,38 +36,7 @@ namespace {
 
 using bytes_t = std::vector<std::uint8_t>;
 
-// Pinned host or device memory of a device, allocated through the backend.
-class block {
- public:
-  block(device_id d, std::size_t size, bool on_device) : device_{d}, size_{size}, on_device_{on_device} {
-    device_guard guard{d};
-    auto& backend = detail::backend_for(d);
-    p_ = static_cast<std::uint8_t*>(on_device ? backend.allocate(d.index(), size) : backend.allocate_pinned(size, 0));
-  }
-  ~block() {
-    device_guard guard{device_};
-    auto& backend = detail::backend_for(device_);
-    synchronize_device(device_);
-    if (on_device_) {
-      backend.deallocate(device_.index(), p_, size_);
-    } else {
-      backend.deallocate_pinned(p_, size_);
-    }
-  }
-  block(const block&) = delete;
-  block& operator=(const block&) = delete;
-
-  [[nodiscard]] std::uint8_t* data() const { return p_; }
-  // Host access to pinned memory; the streams that use it must be idle.
-  void write(const bytes_t& b) const { std::memcpy(p_, b.data(), b.size()); }
-  [[nodiscard]] bytes_t read() const { return {p_, p_ + size_}; }
-
- private:
-  device_id device_;
-  std::size_t size_;
-  bool on_device_;
-  std::uint8_t* p_ = nullptr;
-};
+using block = backend_block;  // (device, size, on_device)
 
 void copy_on(stream_view s, void* dst, const void* src, std::size_t bytes) {
   device_guard guard{s.device()};
