@@ -64,10 +64,6 @@ def enable_allocator(mode: str) -> None:
     before the first CUDA allocation."""
     if not mode.startswith("syncmem"):
         return
-    # torch first: syncmem imported before torch aborts the process on the
-    # H100 machine (free(): invalid pointer; docs/python.md, known defects).
-    import torch  # noqa: F401, PLC0415
-
     try:
         import syncmem.torch as syncmem_torch  # noqa: PLC0415
     except ImportError as e:

@@ -2,6 +2,9 @@
 dtypes, states, host access through numpy (zero-copy), prefetches,
 statistics, and errors as Python exceptions with syncmem's messages."""
 
+import os
+import subprocess
+
 import numpy as np
 import pytest
 from conftest import EMULATED, OTHER_EMULATED, random_array
@@ -16,6 +19,26 @@ def test_package_describes_its_build():
     assert isinstance(syncmem.built_with_cuda, bool)
     assert syncmem.device_count("emulated") == 2
     assert str(syncmem.device("emulated", 1)) == OTHER_EMULATED
+
+
+# Symbols a statically linked C++ runtime brings (std::locale, iostreams'
+# base, operator new/delete, the exception ABI). Exported by a shared library,
+# they bind the process's libstdc++.so to a second copy: a process that loaded
+# syncmem before PyTorch aborted in free().
+CXX_RUNTIME_PREFIXES = ("_ZNSt6locale", "_ZNKSt6locale", "_ZNSt8ios_base", "_Znwm", "_Znam", "_ZdlPv", "_ZdaPv",
+                        "__cxa_", "__gxx_personality")
+
+
+def test_the_native_libraries_export_no_cxx_runtime():
+    folder = os.path.dirname(syncmem.__file__)
+    libraries = [os.path.join(folder, f) for f in os.listdir(folder) if ".so" in f]
+    assert any(os.path.basename(f).startswith("libsyncmem") for f in libraries), libraries
+    for library in libraries:
+        listing = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True, check=True)
+        names = [line.split()[-1] for line in listing.stdout.splitlines() if line.strip()]
+        assert names, f"{library}: no dynamic symbols"
+        leaked = [n for n in names if n.startswith(CXX_RUNTIME_PREFIXES)]
+        assert not leaked, f"{library} exports the C++ runtime: {leaked[:5]}"
 
 
 def test_exceptions_derive_from_syncmem_error_and_the_builtin_one():

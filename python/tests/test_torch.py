@@ -256,9 +256,9 @@ print("ok")
 """
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: importing syncmem before torch aborts the process in "
-                   "free() on the H100 machine (docs/python.md); strict, so that the fix is noticed")
 def test_syncmem_imported_before_torch_shares_its_cuda_runtime():
+    # Also the regression test of an abort in free() where the toolchain linked
+    # libstdc++ statically into libsyncmem and exported it (the H100 machine's).
     assert checked(run_python(IMPORTED_FIRST)).stdout.strip().endswith("ok")
 
 
