@@ -197,6 +197,16 @@ std::vector<method> methods_for(device_id device) {
              std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1,grow_from_idle:1")),
              false);
        }});
+  // The same with larger pages: fewer driver calls per byte grown or moved.
+  for (const int page_mb : {8, 20}) {
+    methods.push_back({fmt::format("caching_expandable_from_idle_{}mb", page_mb), [page_mb](device_id d, bool) {
+                         return std::make_unique<resource_under_test>(
+                             std::make_unique<mr::caching_resource>(
+                                 d, mr::caching_options::parse(
+                                        fmt::format("expandable:1,grow_from_idle:1,expandable_page_mb:{}", page_mb))),
+                             false);
+                       }});
+  }
   if (device.kind() == device_kind::cuda) {
     methods.push_back({"cudaMalloc", [](device_id d, bool replay) {
                          return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_resource>(d), replay);

@@ -14,8 +14,13 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 const device_id device = device_id::emulated(0);
 
 struct parts {
-  explicit parts(bool enabled = true, bool release_before_grow = false, bool grow_from_idle = false)
-      : range{device, {enabled, release_before_grow, grow_from_idle}, "growable_range_test", pools, reserved} {}
+  explicit parts(bool enabled = true, bool release_before_grow = false, bool grow_from_idle = false,
+                 std::size_t page_size = 0)
+      : range{device,
+              {enabled, release_before_grow, grow_from_idle, page_size},
+              "growable_range_test",
+              pools,
+              reserved} {}
   ~parts() {
     synchronize_device(device);
     range.release_all();
@@ -136,6 +141,40 @@ TEST(GrowableRange, GrowFromIdleTakesEvenAFewIdlePages) {
     expect_usable(s, grown);
     expect_usable(s, in_use);
   }
+}
+
+// Pages larger than the granularity (2 MiB on the emulated device), rounded up
+// to a multiple of it: growth maps, and reclaim unmaps, whole such pages.
+TEST(GrowableRange, PagesOfAChosenSizeRoundedToTheGranularity) {
+  parts p{true, true, true, 5 * MiB};  // 6 MiB pages
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream other{device};
+  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  block* a = p.range.grow(3 * MiB, pool);  // [0, 3) of the first page
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(p.reserved.bytes(), 6 * MiB);
+  a->status = block_status::allocated;
+  block* b = p.range.grow(7 * MiB, pool);  // [3, 10): the rest of the first page and one more
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->ptr, a->end());
+  EXPECT_EQ(p.reserved.bytes(), 12 * MiB);
+  expect_usable(s, a);
+  expect_usable(s, b);
+  p.pools.free_block(b, pool);                  // [3, 12) free: only the second page wholly
+  block* c = p.range.grow(6 * MiB, elsewhere);  // grow_from_idle moves that page, and no more
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(p.reserved.bytes(), 12 * MiB);
+  EXPECT_EQ(p.reserved.peak(), 12 * MiB);
+  EXPECT_EQ((c->ptr - p.range.range()->base) % (6 * MiB), 0U);
+  expect_usable(other, c);
+  expect_usable(s, a);
+  p.pools.free_block(c, elsewhere);
+  // c's page goes back; [3, 6) stays, as it shares a page with a.
+  EXPECT_EQ(p.range.reclaim(64 * MiB, /*keep_handles=*/false), 6 * MiB);
+  EXPECT_EQ(p.reserved.bytes(), 6 * MiB);
+  EXPECT_TRUE(p.range.has_mapped_pages());
 }
 
 }  // namespace

@@ -42,12 +42,13 @@ bool growable_range::ready() {
 bool growable_range::reserve_range() {
   device_guard guard{device_};
   backend_.make_current(index_);  // the driver's virtual memory calls need the context current on this thread
-  const std::size_t page = backend_.vmm_granularity(index_);
-  if (page == 0) {
+  const std::size_t granularity = backend_.vmm_granularity(index_);
+  if (granularity == 0) {
     syncmem::detail::logger().info("{}: {} has no virtual memory management; growable segments are off", name_,
                                    to_string(device_));
     return false;
   }
+  const std::size_t page = round_up(std::max(config_.page_size, granularity), granularity);
   const std::size_t size = round_up(2 * backend_.memory(index_).total, page);  // twice the memory: room for holes
   auto seg = std::make_unique<segment>();
   std::vector<handle> pages(size / page, 0);
@@ -195,9 +196,19 @@ void growable_range::place(block* m, block* hole, std::size_t need) {
   }
 }
 
+// Pages start at multiples of the page size from the range's base, which the
+// device aligns to its granularity only.
+std::uintptr_t growable_range::page_boundary_below(std::uintptr_t address) const noexcept {
+  return range_->base + round_down(address - range_->base, page_size_);
+}
+
+std::uintptr_t growable_range::page_boundary_above(std::uintptr_t address) const noexcept {
+  return range_->base + round_up(address - range_->base, page_size_);
+}
+
 std::size_t growable_range::whole_page_bytes(const block* b) const noexcept {
-  const std::size_t start = round_up(b->ptr, page_size_);
-  const std::size_t end = round_down(b->end(), page_size_);
+  const std::uintptr_t start = page_boundary_above(b->ptr);
+  const std::uintptr_t end = page_boundary_below(b->end());
   return end > start ? end - start : 0;
 }
 
@@ -237,7 +248,7 @@ std::size_t growable_range::reclaim(std::size_t wanted, bool keep_handles, const
 
 std::size_t growable_range::unmap_pages(block* b, std::size_t wanted, bool keep_handles) {
   const std::size_t page = page_size_;
-  const std::uintptr_t aligned_end = round_down(b->end(), page);
+  const std::uintptr_t aligned_end = page_boundary_below(b->end());
   const std::size_t whole = whole_page_bytes(b) / page;
   if (whole == 0) return 0;
   const std::size_t n = std::min(whole, (wanted + page - 1) / page);

@@ -29,6 +29,7 @@ class growable_range {
     bool enabled = false;              // caching_options::expandable
     bool release_before_grow = false;  // caching_options::release_before_grow
     bool grow_from_idle = false;       // caching_options::grow_from_idle
+    std::size_t page_size = 0;         // caching_options::expandable_page_size
   };
 
   growable_range(device_id device, settings config, std::string name, stream_pools& pools, reservation& reserved);
@@ -74,6 +75,8 @@ class growable_range {
   block* map_hole(const placement& where, stream_pool& pool);
   bool map_pages(std::uintptr_t at, std::vector<handle>& handles, std::size_t count);
   void place(block* m, block* hole, std::size_t need);
+  [[nodiscard]] std::uintptr_t page_boundary_below(std::uintptr_t address) const noexcept;
+  [[nodiscard]] std::uintptr_t page_boundary_above(std::uintptr_t address) const noexcept;
   [[nodiscard]] std::size_t whole_page_bytes(const block* b) const noexcept;
   [[nodiscard]] std::size_t idle_pages(const block* keep_whole) const noexcept;
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
