@@ -1,6 +1,6 @@
 """syncmem's caching allocator as PyTorch's CUDA allocator.
 
-    import torch                   # first (docs/python.md: known defects)
+    import torch
     import syncmem.torch
     syncmem.torch.enable()         # before the first CUDA tensor
 
@@ -68,7 +68,7 @@ def save_snapshot(path: str, device=None) -> None:
     device. (torch.cuda.memory_snapshot() returns the same segments in
     PyTorch's form.)
     """
-    import torch                   # first (docs/python.md: known defects)
+    import torch
 
     if device is None:
         index = torch.cuda.current_device()

@@ -28,8 +28,10 @@ struct registry {
   std::mutex mutex;
   std::map<stream_key, capture_info> open;  // by the stream begin_capture was called on
   std::map<std::pair<int, unsigned long long>, stream_key>
-      forked;                                          // by the backend's capture sequence, where it has one
-  std::map<std::uint64_t, external_capture> external;  // by number
+      forked;  // by the backend's capture sequence, where it has one
+  // By number; shared, so that capture_on can ask a filter outside the lock
+  // without copying it.
+  std::map<std::uint64_t, std::shared_ptr<const external_capture>> external;
   std::uint64_t next_number = 1;
 };
 
@@ -88,7 +90,8 @@ std::uint64_t external_capture_began(device_id device, std::shared_ptr<graph_poo
   {
     std::lock_guard lock{r.mutex};
     number = r.next_number++;
-    r.external.emplace(number, external_capture{device, capture_info{std::move(pool), number}, std::move(covers)});
+    r.external.emplace(number, std::make_shared<const external_capture>(
+                                   external_capture{device, capture_info{std::move(pool), number}, std::move(covers)}));
   }
   capture_opened();
   return number;
@@ -106,18 +109,18 @@ void external_capture_ended(std::uint64_t token) noexcept {
 std::optional<capture_info> capture_on(stream_view s) {
   if (!captures_open()) return std::nullopt;
   auto& r = captures();
-  std::vector<external_capture> candidates;
+  std::vector<std::shared_ptr<const external_capture>> candidates;
   {
     std::lock_guard lock{r.mutex};
     const auto it = r.open.find(key_of(s));
     if (it != r.open.end()) return it->second;
     for (const auto& [number, capture] : r.external) {
-      if (capture.device == s.device()) candidates.push_back(capture);
+      if (capture->device == s.device()) candidates.push_back(capture);
     }
   }
   // Asked outside the lock: a filter may call into the driver, or back into syncmem.
   for (const auto& capture : candidates) {
-    if (capture.covers(s.native_handle())) return capture.info;
+    if (capture->covers(s.native_handle())) return capture->info;
   }
   // A stream that a capture has forked to (it waited for an event recorded on a capturing stream).
   const unsigned long long sequence = sequence_of(s);
