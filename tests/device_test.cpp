@@ -100,6 +100,36 @@ TEST(DeviceGuard, SwitchesRestoresAndNests) {
   }}.join();
 }
 
+TEST(DeviceGuard, GuardsInsideSeeADeviceSetInItsScope) {
+  std::thread{[] {
+    const auto start = current_device();
+    {
+      device_guard outer{device_id::emulated(1)};
+      set_current_device(device_id::emulated(2));
+      {
+        device_guard inner{device_id::emulated(1)};
+        EXPECT_TRUE(inner.switched());
+        EXPECT_EQ(inner.original(), device_id::emulated(2));
+        EXPECT_EQ(current_device(), device_id::emulated(1));
+        {
+          device_guard same{device_id::emulated(1)};
+          EXPECT_FALSE(same.switched());
+          EXPECT_EQ(same.original(), device_id::emulated(1));
+        }
+        EXPECT_EQ(current_device(), device_id::emulated(1));
+      }
+      EXPECT_EQ(current_device(), device_id::emulated(2));
+      {
+        device_guard again{device_id::emulated(1)};  // the outer guard's device is no longer current
+        EXPECT_TRUE(again.switched());
+        EXPECT_EQ(current_device(), device_id::emulated(1));
+      }
+      EXPECT_EQ(current_device(), device_id::emulated(2));
+    }
+    EXPECT_EQ(current_device(), start);
+  }}.join();
+}
+
 TEST(DeviceGuard, RestoresWhenAnExceptionLeavesTheScope) {
   std::thread{[] {
     set_current_device(device_id::emulated(2));

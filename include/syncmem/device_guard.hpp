@@ -10,8 +10,11 @@ namespace syncmem {
 /// @brief Makes a device current for the guard's scope and restores the
 /// previous one when the scope ends, also by an exception. A no-op (no call
 /// into the CUDA runtime beyond reading the current device) when the device
-/// is already current. Every syncmem operation that touches device memory,
-/// frees included, runs under one.
+/// is already current, and no call at all inside a guard of the same thread
+/// for the same device: syncmem's calls nest guards. Code that changes the
+/// CUDA device inside a guard's scope must restore it, or use
+/// set_current_device, which the guards see. Every syncmem operation that
+/// touches device memory, frees included, runs under one.
 ///
 /// Thread safety: a guard belongs to the thread that made it.
 class device_guard {
@@ -38,6 +41,10 @@ class device_guard {
   int original_cuda_index_;  // CUDA's current device before, -1 when not read
   bool original_emulated_selected_;
   bool switched_;
+  // The guard this one sits inside on this thread, if any: a guard for the
+  // device an enclosing guard made current has nothing to read or switch.
+  bool outer_active_;
+  device_id outer_device_;
 };
 
 }  // namespace syncmem

@@ -19,6 +19,15 @@ struct thread_device_state {
 };
 thread_local thread_device_state this_thread;
 
+// The device the innermost device_guard on this thread made current. Nothing
+// but set_current_device changes it inside a guard's scope: syncmem's own
+// calls restore what they switch.
+struct guarded_device {
+  bool active = false;
+  device_id device = device_id::cuda(0);
+};
+thread_local guarded_device innermost_guard;
+
 }  // namespace
 
 std::string to_string(device_kind kind) { return kind == device_kind::cuda ? "cuda" : "emulated"; }
@@ -84,33 +93,39 @@ void set_current_device(device_id id) {
   } else {
     this_thread = {true, id.index()};
   }
+  innermost_guard.active = false;  // called inside a guard: the device it made current is no longer so
 }
 
 device_guard::device_guard(device_id target)
     : original_{target},
       target_{target},
       original_cuda_index_{-1},
-      original_emulated_selected_{false},
-      switched_{false} {
+      original_emulated_selected_{this_thread.emulated_selected},
+      switched_{false},
+      outer_active_{innermost_guard.active},
+      outer_device_{innermost_guard.device} {
+  if (outer_active_ && outer_device_ == target) return;  // checked and made current by the enclosing guard
   check_device(target);
   original_ = current_device();
-  original_emulated_selected_ = this_thread.emulated_selected;
-  if (original_ == target) return;
-  if (target.kind() == device_kind::cuda) {
-    auto& cuda = detail::cuda_backend();
-    const int cuda_current = cuda.current_index();
-    if (cuda_current != target.index()) {
-      cuda.make_current(target.index());
-      original_cuda_index_ = cuda_current;
+  if (original_ != target) {
+    if (target.kind() == device_kind::cuda) {
+      auto& cuda = detail::cuda_backend();
+      const int cuda_current = cuda.current_index();
+      if (cuda_current != target.index()) {
+        cuda.make_current(target.index());
+        original_cuda_index_ = cuda_current;
+      }
+      this_thread.emulated_selected = false;
+    } else {
+      this_thread = {true, target.index()};
     }
-    this_thread.emulated_selected = false;
-  } else {
-    this_thread = {true, target.index()};
+    switched_ = true;
   }
-  switched_ = true;
+  innermost_guard = {true, target};
 }
 
 device_guard::~device_guard() {
+  innermost_guard = {outer_active_, outer_device_};
   if (!switched_) return;
   if (original_cuda_index_ >= 0) {
     try {

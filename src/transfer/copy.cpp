@@ -570,6 +570,9 @@ transfer across_backends(std::byte* dst, const std::byte* src, std::size_t bytes
   return detail::transfer_access::make(nullptr, copy_path::across_backends);
 }
 
+// Memory the backend copies to and from by DMA alone, without the engine.
+bool is_direct_kind(memory_kind k) { return k == memory_kind::pinned_host || k == memory_kind::device; }
+
 bool capturing(stream_view s) {
   device_guard guard{s.device()};
   return detail::backend_for(s.device()).stream_capturing(s.device().index(), s.native_handle());
@@ -818,14 +821,17 @@ transfer detail::copy_async_known(void* dst, memory_kind dst_kind, const void* s
     if (kind == memory_kind::device) s.device = stream.device();
     return s;
   };
-  return dispatch(dst, side_of(dst_kind), src, side_of(src_kind), bytes, stream, get_copy_options());
+  // A DMA between pinned and device memory of the stream's device reads no
+  // option: it need not take the engine's lock for them.
+  static const copy_options unread{};
+  const bool direct = is_direct_kind(dst_kind) && is_direct_kind(src_kind);
+  return dispatch(dst, side_of(dst_kind), src, side_of(src_kind), bytes, stream, direct ? unread : get_copy_options());
 }
 
 void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,
                                  std::size_t bytes, stream_view stream) {
   if (bytes == 0) return;
-  const auto direct_side = [](memory_kind k) { return k == memory_kind::pinned_host || k == memory_kind::device; };
-  if (direct_side(dst_kind) && direct_side(src_kind) && !capturing(stream)) {
+  if (is_direct_kind(dst_kind) && is_direct_kind(src_kind) && !capturing(stream)) {
     enqueue_copy(dst, src, bytes, stream);
     stream.synchronize();
     return;
