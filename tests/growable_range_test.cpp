@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "device_ops.hpp"
 #include "memory_pattern.hpp"
 #include "test_support.hpp"
@@ -141,6 +143,70 @@ TEST(GrowableRange, GrowFromIdleTakesEvenAFewIdlePages) {
     expect_usable(s, grown);
     expect_usable(s, in_use);
   }
+}
+
+// grow_from_idle takes idle pages from the smallest free blocks first, so that
+// a large free block stays whole for the large request it can serve.
+TEST(GrowableRange, GrowFromIdleTakesPagesFromTheSmallestFreeBlocksFirst) {
+  parts p{true, true, true};  // 2 MiB pages
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream other{device};
+  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  // [0, 4) in use, [4, 8) small, [8, 12) in use, [12, 28) large, [28, 32) in use.
+  std::vector<block*> blocks;
+  for (const std::size_t size : {4 * MiB, 4 * MiB, 4 * MiB, 16 * MiB, 4 * MiB}) {
+    block* b = p.range.grow(size, elsewhere);
+    ASSERT_NE(b, nullptr);
+    b->status = block_status::allocated;
+    blocks.push_back(b);
+  }
+  block* const small = p.pools.free_block(blocks[1], elsewhere);
+  block* const large = p.pools.free_block(blocks[3], elsewhere);
+  const std::uintptr_t small_at = small->ptr;
+  const std::size_t reserved = p.reserved.bytes();
+  ASSERT_EQ(reserved, 32 * MiB);
+  block* grown = p.range.grow(4 * MiB, pool);
+  ASSERT_NE(grown, nullptr);
+  EXPECT_EQ(grown->ptr, small_at);  // the small block's pages, moved
+  EXPECT_EQ(p.reserved.bytes(), reserved);
+  EXPECT_EQ(large->status, block_status::free);
+  EXPECT_EQ(large->size, 16 * MiB);
+  expect_usable(s, grown);
+  expect_usable(other, large);
+}
+
+// grow_from_idle maps a hole whole when that joins the pool's free blocks on
+// both sides into enough: fewer pages than extending the block before it.
+TEST(GrowableRange, GrowFromIdleMapsAHoleWholeToJoinFreeBlocksOnBothSides) {
+  parts p{true, true, true};  // 2 MiB pages
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  const std::uintptr_t base = p.range.range()->base;
+  block* a = p.range.grow(3 * MiB, pool);  // [0, 3), [3, 4) free
+  ASSERT_NE(a, nullptr);
+  a->status = block_status::allocated;
+  block* m = p.range.grow(8 * MiB, pool);  // [3, 11), [11, 12) free
+  ASSERT_NE(m, nullptr);
+  m->status = block_status::allocated;
+  block* c = p.range.grow(2 * MiB, pool);  // [11, 13), [13, 14) free
+  ASSERT_NE(c, nullptr);
+  c->status = block_status::allocated;
+  p.pools.free_block(m, pool);
+  // m's whole pages go: [3, 4) free, [4, 10) unmapped, [10, 11) free.
+  ASSERT_EQ(p.range.reclaim(64 * MiB, /*keep_handles=*/false), 6 * MiB);
+  const std::size_t reserved = p.reserved.bytes();
+  ASSERT_EQ(reserved, 8 * MiB);
+  // 7.5 MiB: 1 + 6 + 1 MiB around the hole, three pages; extending [13, 14)
+  // at the top would map four.
+  block* grown = p.range.grow(7 * MiB + MiB / 2, pool);
+  ASSERT_NE(grown, nullptr);
+  EXPECT_EQ(grown->ptr, base + 3 * MiB);
+  EXPECT_EQ(p.reserved.bytes(), reserved + 6 * MiB);
+  expect_usable(s, grown);
+  expect_usable(s, a);
 }
 
 // Pages larger than the granularity (2 MiB on the emulated device), rounded up

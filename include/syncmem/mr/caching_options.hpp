@@ -57,7 +57,8 @@ struct caching_options {
   bool release_before_grow = true;
   /// @brief Growable range only, with release_before_grow: every growth
   /// first takes whole idle pages from elsewhere in the range, as many as it
-  /// needs, before mapping new memory, whatever their share of the reserve.
+  /// needs and from the smallest free blocks first, before mapping new
+  /// memory, whatever their share of the reserve.
   /// Keeps what is reserved within a few pages of what is in use at its
   /// peak, at the cost of a device synchronisation and remapping on those
   /// growths (see docs/allocator.md for what that costs). Off, idle pages

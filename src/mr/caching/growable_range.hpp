@@ -46,8 +46,8 @@ class growable_range {
   [[nodiscard]] block* grow(std::size_t key, stream_pool& pool);
   // Unmaps whole pages of free blocks, from the top of the range down, until
   // `wanted` bytes are unmapped; keeps their handles for reuse when asked.
-  // `keep_whole` is left alone. Returns the bytes unmapped.
-  std::size_t reclaim(std::size_t wanted, bool keep_handles, const block* keep_whole = nullptr);
+  // Returns the bytes unmapped.
+  std::size_t reclaim(std::size_t wanted, bool keep_handles);
 
   // nullptr until reserved.
   [[nodiscard]] const segment* range() const noexcept { return range_.get(); }
@@ -61,8 +61,11 @@ class growable_range {
     block* fits = nullptr;      // a free block of the pool that fits already
     block* hole = nullptr;      // else the unmapped block to map pages at the start of
     block* extended = nullptr;  // the pool's free block just before the hole, if any
+    block* joined = nullptr;    // the pool's free block just after it, when the hole is mapped whole to reach it
     std::size_t need = 0;       // bytes to map there
   };
+  // Which free blocks idle pages are taken from first.
+  enum class victims : bool { top_down, smallest_first };
   struct by_size_then_address {
     bool operator()(const block* a, const block* b) const noexcept {
       return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
@@ -70,15 +73,17 @@ class growable_range {
   };
 
   bool reserve_range();
-  [[nodiscard]] placement choose(std::size_t key, const stream_pool& pool) const;
+  [[nodiscard]] placement choose(std::size_t key, const stream_pool& pool, bool join_after) const;
   bool make_room(placement& where, std::size_t key, const stream_pool& pool);
+  bool join_if_cheaper(placement& where, std::size_t key, const stream_pool& pool, std::size_t spare) const;
   block* map_hole(const placement& where, stream_pool& pool);
   bool map_pages(std::uintptr_t at, std::vector<handle>& handles, std::size_t count);
   void place(block* m, block* hole, std::size_t need);
   [[nodiscard]] std::uintptr_t page_boundary_below(std::uintptr_t address) const noexcept;
   [[nodiscard]] std::uintptr_t page_boundary_above(std::uintptr_t address) const noexcept;
   [[nodiscard]] std::size_t whole_page_bytes(const block* b) const noexcept;
-  [[nodiscard]] std::size_t idle_pages(const block* keep_whole) const noexcept;
+  [[nodiscard]] std::size_t idle_pages(const placement* keep) const noexcept;
+  std::size_t unmap_idle(std::size_t wanted, bool keep_handles, const placement* keep, victims order);
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
   block* cut_out(block* b, std::uintptr_t start, std::uintptr_t aligned_end, std::size_t spares);
   void unmap_page(std::uintptr_t address, bool keep_handle) noexcept;
