@@ -12,9 +12,28 @@ what CuPy holds.
 
 from __future__ import annotations
 
+import atexit
+
 from . import _syncmem
 
 _previous = None
+_exit_hook_registered = False
+
+
+def _release_cupy_watch_list() -> None:
+    """At exit: lets CuPy drop the pinned blocks it holds for copies in flight.
+
+    cupy.asarray of pinned host memory keeps the memory alive until its copy's
+    event completes, and lets go only on its next pinned allocation; blocks
+    still held when the interpreter ends would outlive syncmem's bindings.
+    """
+    try:
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+        cupy.cuda.alloc_pinned_memory(0)  # releases the completed copies' blocks
+    except Exception:  # noqa: BLE001 -- the process is ending: nothing to report to
+        pass
 
 
 def _malloc(size: int):
@@ -56,9 +75,13 @@ def enable(pinned: bool = True) -> None:
             "syncmem.cupy.enable: this syncmem was built without the CUDA backend "
             "(pip install it where the CUDA toolkit is found)"
         )
+    global _exit_hook_registered
     cupy.cuda.set_allocator(_malloc)
     if pinned:
         cupy.cuda.set_pinned_memory_allocator(_pinned_malloc)
+        if not _exit_hook_registered:
+            atexit.register(_release_cupy_watch_list)
+            _exit_hook_registered = True
 
 
 def disable() -> None:

@@ -3,6 +3,10 @@ GPU), fresh random data, and the GPU's presence for the tests that need one."""
 
 import ctypes
 import os
+import subprocess
+import sys
+import tempfile
+import textwrap
 
 import numpy as np
 import pytest
@@ -21,6 +25,21 @@ def cuda_available() -> bool:
 
 
 needs_cuda = pytest.mark.skipif(not cuda_available(), reason="no CUDA device (or syncmem built without CUDA)")
+
+
+def run_python(code: str, *args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    # An empty folder as the working directory, so that `import syncmem` finds
+    # the installed package, never python/syncmem of a source tree.
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
+                              text=True, env=full_env, timeout=timeout, cwd=cwd)
+
+
+def checked(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result
 
 
 @pytest.fixture

@@ -11,10 +11,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import textwrap
 
 import pytest
+from conftest import checked, run_python
 
 import syncmem
 
@@ -23,21 +22,6 @@ torch = pytest.importorskip("torch")
 if not (syncmem.built_with_cuda and torch.cuda.is_available() and syncmem.device_count("cuda") > 0):
     pytest.skip("syncmem.torch needs a CUDA device, torch with CUDA and syncmem built with CUDA",
                 allow_module_level=True)
-
-
-def run_python(code: str, *args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    # An empty folder as the working directory, so that `import syncmem` finds
-    # the installed package, never python/syncmem of a source tree.
-    with tempfile.TemporaryDirectory() as cwd:
-        return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
-                              text=True, env=full_env, timeout=timeout, cwd=cwd)
-
-
-def checked(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    return result
 
 
 def test_module_is_built():
