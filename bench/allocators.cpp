@@ -185,27 +185,19 @@ std::vector<method> methods_for(device_id device) {
   methods.push_back({"caching", [](device_id d, bool) {
                        return std::make_unique<resource_under_test>(std::make_unique<mr::caching_resource>(d), false);
                      }});
-  methods.push_back({"caching_expandable", [](device_id d, bool) {
-                       return std::make_unique<resource_under_test>(
-                           std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1")),
-                           false);
-                     }});
-  // The growable range keeping its reserve near its peak in use.
-  methods.push_back(
-      {"caching_expandable_from_idle", [](device_id d, bool) {
-         return std::make_unique<resource_under_test>(
-             std::make_unique<mr::caching_resource>(d, mr::caching_options::parse("expandable:1,grow_from_idle:1")),
-             false);
-       }});
-  // The same with larger pages: fewer driver calls per byte grown or moved.
-  for (const int page_mb : {8, 20}) {
-    methods.push_back({fmt::format("caching_expandable_from_idle_{}mb", page_mb), [page_mb](device_id d, bool) {
+  const auto caching_with = [&methods](std::string name, std::string conf) {
+    methods.push_back({std::move(name), [conf = std::move(conf)](device_id d, bool) {
                          return std::make_unique<resource_under_test>(
-                             std::make_unique<mr::caching_resource>(
-                                 d, mr::caching_options::parse(
-                                        fmt::format("expandable:1,grow_from_idle:1,expandable_page_mb:{}", page_mb))),
-                             false);
+                             std::make_unique<mr::caching_resource>(d, mr::caching_options::parse(conf)), false);
                        }});
+  };
+  caching_with("caching_expandable", "expandable:1");
+  // The growable range keeping its reserve near its peak in use, and the same
+  // with larger pages: fewer driver calls per byte grown or moved.
+  caching_with("caching_expandable_from_idle", "expandable:1,grow_from_idle:1");
+  for (const int page_mb : {8, 20}) {
+    caching_with(fmt::format("caching_expandable_from_idle_{}mb", page_mb),
+                 fmt::format("expandable:1,grow_from_idle:1,expandable_page_mb:{}", page_mb));
   }
   if (device.kind() == device_kind::cuda) {
     methods.push_back({"cudaMalloc", [](device_id d, bool replay) {

@@ -822,10 +822,12 @@ transfer detail::copy_async_known(void* dst, memory_kind dst_kind, const void* s
     return s;
   };
   // A DMA between pinned and device memory of the stream's device reads no
-  // option: it need not take the engine's lock for them.
-  static const copy_options unread{};
-  const bool direct = is_direct_kind(dst_kind) && is_direct_kind(src_kind);
-  return dispatch(dst, side_of(dst_kind), src, side_of(src_kind), bytes, stream, direct ? unread : get_copy_options());
+  // option: it need not take the engine's lock (nor copy them) for them.
+  if (is_direct_kind(dst_kind) && is_direct_kind(src_kind)) {
+    static const copy_options unread{};
+    return dispatch(dst, side_of(dst_kind), src, side_of(src_kind), bytes, stream, unread);
+  }
+  return dispatch(dst, side_of(dst_kind), src, side_of(src_kind), bytes, stream, get_copy_options());
 }
 
 void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,
