@@ -37,7 +37,8 @@
 namespace syncmem::bench {
 namespace {
 
-// ours_dma: the batch with its copy kernel off (copy_options::batch_kernel_max_copy 0).
+// ours_dma: the batch with its copy kernel off (copy_options::batch_kernel_max_copy 0): no
+// kernel copies, and small pageable uploads one DMA each rather than scattered on the device.
 enum class method { ours, ours_dma, loop, raw_batch };
 
 std::string method_name(method m, device_id d) {

@@ -2,7 +2,9 @@
 // The batched copy: every kind of memory in one batch, every byte with fresh
 // random data, odd sizes, ranges end to end, overlapping ranges refused,
 // zero-length entries, staging that runs out in the middle (nothing copied),
-// rounds through the staging, ordering on the stream, emulated delays.
+// rounds through the staging, small uploads through device scratch (and
+// without it when the device is out of memory), ordering on the stream,
+// emulated delays.
 #include "syncmem/batch_copy.hpp"
 
 #include <gmock/gmock.h>
@@ -24,7 +26,9 @@
 #include "syncmem/graph.hpp"
 #include "syncmem/mr/caching_pinned_resource.hpp"
 #include "syncmem/mr/failure_adaptor.hpp"
+#include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/mr/pinned_resource.hpp"
+#include "syncmem/mr/statistics_adaptor.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
 
@@ -315,6 +319,83 @@ TYPED_TEST(BatchCopy, MoreThanOneStagingBlock) {
   copy(up, s);
   copy(down, s);
   EXPECT_EQ(back.read(), source);
+}
+
+// Small uploads from pageable memory (up to 16 KiB), at every offset modulo
+// 16 on both sides and in more than one round: they go up a group per DMA
+// into device scratch memory (one allocation from the device's resource,
+// given back) and the copy kernel scatters them, every byte in place; larger
+// ones, or any with the kernel off (batch_kernel_max_copy 0), take nothing
+// from the device's resource.
+class scratch_case {
+ public:
+  explicit scratch_case(device_id d)
+      : device_{d},
+        counted_{mr::get_per_device_resource(d)},
+        failing_{counted_},
+        previous_{mr::set_per_device_resource(d, &failing_)} {}
+  ~scratch_case() { mr::set_per_device_resource(device_, previous_); }
+  scratch_case(const scratch_case&) = delete;
+  scratch_case& operator=(const scratch_case&) = delete;
+
+  // Uploads `pieces` pageable ranges of up to `largest` bytes and checks every byte of the destination.
+  void upload_and_check(std::size_t pieces, std::size_t largest, const copy_options& o) {
+    stream s{device_};
+    const std::size_t region_bytes = pieces * (largest + 32);
+    region host{mem::pageable, device_, region_bytes}, dev{mem::device, device_, region_bytes};
+    const bytes_t source = random_bytes(region_bytes);
+    bytes_t expected = random_bytes(region_bytes);
+    host.write(source);
+    dev.write(expected);
+    std::vector<std::size_t> slots(pieces);
+    for (std::size_t i = 0; i < pieces; ++i) slots[i] = i;
+    std::shuffle(slots.begin(), slots.end(), rng());  // no two copies end to end on both sides
+    std::vector<copy_request> requests;
+    for (std::size_t i = 0; i < pieces; ++i) {
+      const std::size_t n = largest - rng()() % (largest / 2);
+      const std::size_t src_at = i * (largest + 32) + rng()() % 16;
+      const std::size_t dst_at = slots[i] * (largest + 32) + rng()() % 16;
+      requests.push_back({dev.data() + dst_at, host.data() + src_at, n});
+      std::memcpy(expected.data() + dst_at, source.data() + src_at, n);
+    }
+    copy(requests, s, o);
+    EXPECT_EQ(dev.read(), expected) << pieces << " uploads of up to " << largest << " bytes";
+  }
+
+  [[nodiscard]] mr::resource_statistics statistics() const { return counted_.statistics(); }
+  mr::failure_adaptor& failing() { return failing_; }
+
+ private:
+  device_id device_;
+  mr::statistics_adaptor counted_;
+  mr::failure_adaptor failing_;
+  mr::memory_resource* previous_;
+};
+
+TYPED_TEST(BatchCopy, SmallUploadsGoUpThroughDeviceScratchEveryByte) {
+  scratch_case c{this->dev()};
+  const copy_options o = get_copy_options();
+  c.upload_and_check(300, 16 << 10, o);
+  EXPECT_EQ(c.statistics().allocations.total, 1) << "the scratch";
+  // More than one staging block of them: one scratch for all the rounds.
+  c.upload_and_check(max_batch_staging / (12 << 10) + 20, 16 << 10, o);
+  synchronize_device(this->dev());
+  EXPECT_EQ(c.statistics().allocations.total, 2) << "one scratch for all the rounds";
+  EXPECT_EQ(c.statistics().allocations.current, 0) << "the scratch is given back";
+
+  // Larger uploads, or the copy kernel off: one DMA each, no scratch.
+  c.upload_and_check(300, 64 << 10, o);
+  copy_options engines = o;
+  engines.batch_kernel_max_copy = 0;
+  c.upload_and_check(300, 16 << 10, engines);
+  EXPECT_EQ(c.statistics().allocations.total, 2) << "no scratch for 64 KiB uploads or with the copy kernel off";
+}
+
+TYPED_TEST(BatchCopy, SmallUploadsWithoutDeviceScratchGoOneDmaEach) {
+  scratch_case c{this->dev()};
+  c.failing().set_predicate(mr::failure_adaptor::always());
+  c.upload_and_check(300, 16 << 10, get_copy_options());
+  EXPECT_EQ(c.failing().failures(), 1U) << "the scratch was asked for once";
 }
 
 // (a): the batch reads after the work enqueued before it, and a download to

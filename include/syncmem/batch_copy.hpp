@@ -17,10 +17,12 @@
 ///   the stream's device and pinned host memory, or within the device, whose
 ///   two sides lie at the same offset modulo 16, are made by a copy kernel
 ///   instead, a launch per few hundred copies, on the device's SMs: a DMA
-///   each costs more than its bytes below a few hundred KiB (the staged
-///   copies below keep their DMAs: through the staging the kernel was slower);
+///   each costs more than its bytes below a few hundred KiB;
 /// - copies from pageable memory are gathered by the engine's host threads
-///   into one block of pinned staging and go up from there; copies to pageable
+///   into one block of pinned staging and go up from there (those of at most
+///   16 KiB to the stream's device, a group in one DMA into device scratch
+///   memory taken from the device's resource, then scattered by the copy
+///   kernel, unless batch_kernel_max_copy is 0); copies to pageable
 ///   memory come down into the block and are scattered from it; both in
 ///   groups that grow from copy_options::min_chunk to max_chunk, so that the
 ///   host threads and the DMAs overlap, each group one submission. The block
