@@ -325,8 +325,8 @@ TYPED_TEST(BatchCopy, MoreThanOneStagingBlock) {
 // 16 on both sides and in more than one round: they go up a group per DMA
 // into device scratch memory (one allocation from the device's resource,
 // given back) and the copy kernel scatters them, every byte in place; larger
-// ones, or any with the kernel off (batch_kernel_max_copy 0), take nothing
-// from the device's resource.
+// ones, small ones that are less than half the bytes, or any with the kernel
+// off (batch_kernel_max_copy 0), take nothing from the device's resource.
 class scratch_case {
  public:
   explicit scratch_case(device_id d)
@@ -339,9 +339,10 @@ class scratch_case {
   scratch_case& operator=(const scratch_case&) = delete;
 
   // Uploads `pieces` pageable ranges of up to `largest` bytes and checks every byte of the destination.
-  void upload_and_check(std::size_t pieces, std::size_t largest, const copy_options& o) {
+  // With `large` > 0, one more upload of that many bytes goes in the same batch.
+  void upload_and_check(std::size_t pieces, std::size_t largest, const copy_options& o, std::size_t large = 0) {
     stream s{device_};
-    const std::size_t region_bytes = pieces * (largest + 32);
+    const std::size_t region_bytes = pieces * (largest + 32) + large;
     region host{mem::pageable, device_, region_bytes}, dev{mem::device, device_, region_bytes};
     const bytes_t source = random_bytes(region_bytes);
     bytes_t expected = random_bytes(region_bytes);
@@ -357,6 +358,12 @@ class scratch_case {
       const std::size_t dst_at = slots[i] * (largest + 32) + rng()() % 16;
       requests.push_back({dev.data() + dst_at, host.data() + src_at, n});
       std::memcpy(expected.data() + dst_at, source.data() + src_at, n);
+    }
+    if (large > 0) {
+      const std::size_t at = pieces * (largest + 32);
+      requests.insert(requests.begin() + static_cast<std::ptrdiff_t>(pieces / 2),
+                      copy_request{dev.data() + at, host.data() + at, large});
+      std::memcpy(expected.data() + at, source.data() + at, large);
     }
     copy(requests, s, o);
     EXPECT_EQ(dev.read(), expected) << pieces << " uploads of up to " << largest << " bytes";
@@ -383,12 +390,17 @@ TYPED_TEST(BatchCopy, SmallUploadsGoUpThroughDeviceScratchEveryByte) {
   EXPECT_EQ(c.statistics().allocations.total, 2) << "one scratch for all the rounds";
   EXPECT_EQ(c.statistics().allocations.current, 0) << "the scratch is given back";
 
-  // Larger uploads, or the copy kernel off: one DMA each, no scratch.
+  // Larger uploads, small ones that are less than half the bytes uploaded, or
+  // the copy kernel off: one DMA each, no scratch.
   c.upload_and_check(300, 64 << 10, o);
+  c.upload_and_check(300, 16 << 10, o, std::size_t{8} << 20);
   copy_options engines = o;
   engines.batch_kernel_max_copy = 0;
   c.upload_and_check(300, 16 << 10, engines);
-  EXPECT_EQ(c.statistics().allocations.total, 2) << "no scratch for 64 KiB uploads or with the copy kernel off";
+  EXPECT_EQ(c.statistics().allocations.total, 2) << "no scratch for those";
+  // Small ones that are most of the bytes, with a large one among them: scratch, every byte in place.
+  c.upload_and_check(300, 16 << 10, o, std::size_t{1} << 20);
+  EXPECT_EQ(c.statistics().allocations.total, 3);
 }
 
 TYPED_TEST(BatchCopy, SmallUploadsWithoutDeviceScratchGoOneDmaEach) {

@@ -22,7 +22,8 @@
 ///   into one block of pinned staging and go up from there (those of at most
 ///   16 KiB to the stream's device, a group in one DMA into device scratch
 ///   memory taken from the device's resource, then scattered by the copy
-///   kernel, unless batch_kernel_max_copy is 0); copies to pageable
+///   kernel, where they are at least half the bytes uploaded and
+///   batch_kernel_max_copy is not 0); copies to pageable
 ///   memory come down into the block and are scattered from it; both in
 ///   groups that grow from copy_options::min_chunk to max_chunk, so that the
 ///   host threads and the DMAs overlap, each group one submission. The block

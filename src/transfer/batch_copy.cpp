@@ -529,7 +529,16 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
   const std::size_t block_bytes = std::min(staged_total, std::max(max_batch_staging, aligned(o.max_chunk + 15)));
   mr::caching_pinned_resource& resource = o.staging != nullptr ? *o.staging : staging_resource(device.kind());
   const staging_block block{resource, block_bytes, s};  // before anything is enqueued
-  const bool scatters = std::count_if(up.begin(), up.end(), [](const staged& r) { return r.scatterable; }) >= 2;
+  // The scratch mirrors the uploads' part of a round, large ones included: it
+  // is taken only where the small ones are at least half of it.
+  std::size_t scattered_total = 0, scatterable = 0;
+  for (const staged& r : up) {
+    if (r.scatterable) {
+      scattered_total += r.slot();
+      ++scatterable;
+    }
+  }
+  const bool scatters = scatterable >= 2 && 2 * scattered_total >= up_total;
   const device_scratch scratch{device, scatters ? std::min(up_total, block_bytes) : 0, s};
 
   if (host_side || !up.empty()) detail::wait_for_stream(s);  // (a): host threads read or write host memory
