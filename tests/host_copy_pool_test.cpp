@@ -337,6 +337,37 @@ TYPED_TEST(HostCopyPoolGate, FromStagingWaitsForTheGate) {
   EXPECT_EQ(wrong, 0U);
 }
 
+// Many small chunks behind two gates, as a batch scatters its downloads:
+// every byte after its gate, and one wait per gate, not per chunk.
+TYPED_TEST(HostCopyPoolGate, ChunksBehindOneGateWaitForItOnce) {
+  stream s{this->dev()};
+  const std::size_t chunk = 4096 + 17, chunks = 80, bytes = chunks * chunk;
+  const std::uint64_t seed = fresh_seed();
+  typename TestFixture::buffers b{this->dev(), s, bytes, seed};
+  const auto stale = random_block(bytes);
+  std::memcpy(b.staging, stale.data(), bytes);
+  std::vector<std::uint8_t> dst(bytes, 0);
+  std::vector<job::chunk> ranges;
+  for (std::size_t c = 0; c < chunks; ++c) ranges.push_back({c * chunk, chunk});
+  const std::uint64_t before = host_copy_pool::gate_waits();
+  b.land();
+  event first{this->dev()}, second{this->dev()};
+  first.record(s);
+  second.record(s);
+  job j{host_copy_pool::instance(),
+        job::direction::from_staging,
+        reinterpret_cast<std::byte*>(dst.data()),
+        nullptr,
+        ranges,
+        8};
+  for (std::size_t c = 0; c < chunks; ++c) j.open(c, b.staging + c * chunk, c < chunks / 2 ? &first : &second);
+  for (std::size_t c = 0; c < chunks; ++c) j.finish(c);
+  EXPECT_EQ(host_copy_pool::gate_waits() - before, 2U);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < bytes; ++i) wrong += dst[i] != pattern_byte(seed, i) ? 1 : 0;
+  EXPECT_EQ(wrong, 0U);
+}
+
 // A job destroyed before it finishes copies nothing afterwards: pieces held
 // back by a late gate either ran before the destructor returned or never.
 TEST(HostCopyPoolJob, StoppedJobTouchesNothingAfterItsEnd) {

@@ -83,6 +83,9 @@ class host_copy_pool {
   // they have read once it no longer holds anyone up, a to_staging job's
   // what they have written where it says so (see job).
   [[nodiscard]] static std::uint64_t demoted_bytes() noexcept;
+  // Gates waited for (one event synchronisation each) since the process
+  // started (for tests): once per run of consecutive chunks behind one gate.
+  [[nodiscard]] static std::uint64_t gate_waits() noexcept;
 
   // Pieces smaller than this are not worth a thread of their own.
   static constexpr std::size_t min_piece = std::size_t{64} << 10;
@@ -145,7 +148,7 @@ class host_copy_pool::job {
   // Makes chunk `c` (the next one not yet open) claimable; its bytes go to or
   // come from `staging` (ignored for host_to_host), once `gate` (when not
   // null; it must stay recorded as it is until the chunk is finished) has
-  // completed.
+  // completed. Consecutive chunks behind the same gate wait for it once.
   void open(std::size_t c, std::byte* staging, const event* gate);
   // The same for a gather into staging (to_staging) or a scatter out of it
   // (from_staging) of many small ranges: the user's side of chunk `c` is
@@ -195,6 +198,7 @@ class host_copy_pool::job {
     std::byte* staging = nullptr;
     std::byte* user = nullptr;  // the user's side of the chunk, when not the job's range
     const event* gate = nullptr;
+    chunk_state* gate_owner = nullptr;  // the chunk whose gate_state this one waits on: the first behind its gate
     std::atomic<int> gate_state{gate_open};
     std::atomic<std::size_t> remaining{0};
   };
