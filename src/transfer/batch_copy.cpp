@@ -306,7 +306,7 @@ class staging_block {
 // Uploads of at most this many bytes (and batch_kernel_max_copy) from
 // pageable memory land in device scratch memory, a group in one DMA, and the
 // copy kernel scatters them: a DMA costs about a microsecond whatever its
-// size. On an H100, 1,000 uploads of 4 KiB went up 1.8 times as fast so; of
+// size. On an H100, 1,000 uploads of 4 KiB went up 1.7 times as fast so; of
 // 64 KiB no faster, of 256 KiB slower (the DMAs wait for the host threads).
 constexpr std::size_t scatter_max_copy = std::size_t{16} << 10;
 
