@@ -283,24 +283,34 @@ class group_events {
   bool completed_ = false;
 };
 
-// The staging block of a batch, taken before anything is enqueued and freed
-// in order on the stream after its last DMA.
-class staging_block {
+// A block of memory a batch goes through (its pinned staging, its device
+// scratch), taken before anything is enqueued and freed in order on the
+// stream after its last use. A block the batch can go without is left empty
+// when the resource is out of memory.
+class batch_block {
  public:
-  staging_block(mr::caching_pinned_resource& r, std::size_t bytes, stream_view s)
-      : resource_{r}, bytes_{bytes}, s_{s}, p_{static_cast<std::byte*>(bytes > 0 ? r.allocate(bytes, s) : nullptr)} {}
-  ~staging_block() {
+  enum class needed : bool { always, if_memory_allows };
+  batch_block(mr::memory_resource& r, std::size_t bytes, stream_view s, needed how = needed::always)
+      : resource_{r}, bytes_{bytes}, s_{s} {
+    if (bytes == 0) return;
+    try {
+      p_ = static_cast<std::byte*>(r.allocate(bytes, s));
+    } catch (const out_of_memory&) {
+      if (how == needed::always) throw;
+    }
+  }
+  ~batch_block() {
     if (p_ != nullptr) resource_.deallocate(p_, bytes_, s_);
   }
-  staging_block(const staging_block&) = delete;
-  staging_block& operator=(const staging_block&) = delete;
+  batch_block(const batch_block&) = delete;
+  batch_block& operator=(const batch_block&) = delete;
   [[nodiscard]] std::byte* get() const noexcept { return p_; }
 
  private:
-  mr::caching_pinned_resource& resource_;
+  mr::memory_resource& resource_;
   std::size_t bytes_;
   stream_view s_;
-  std::byte* p_;
+  std::byte* p_ = nullptr;
 };
 
 // Uploads of at most this many bytes (and batch_kernel_max_copy) from
@@ -309,37 +319,6 @@ class staging_block {
 // size. On an H100, 1,000 uploads of 4 KiB went up 1.7 times as fast so; of
 // 64 KiB no faster, of 256 KiB slower (the DMAs wait for the host threads).
 constexpr std::size_t scatter_max_copy = std::size_t{16} << 10;
-
-// The device scratch of a batch's small uploads: taken from the device's
-// resource before anything is enqueued and given back in order on the
-// stream; none when the device is out of memory (the uploads then go one DMA
-// each).
-class device_scratch {
- public:
-  device_scratch(device_id device, std::size_t bytes, stream_view s) : s_{s} {
-    if (bytes == 0) return;
-    mr::memory_resource& r = mr::get_per_device_resource(device);
-    try {
-      p_ = static_cast<std::byte*>(r.allocate(bytes, s));
-    } catch (const out_of_memory&) {
-      return;
-    }
-    resource_ = &r;
-    bytes_ = bytes;
-  }
-  ~device_scratch() {
-    if (p_ != nullptr) resource_->deallocate(p_, bytes_, s_);
-  }
-  device_scratch(const device_scratch&) = delete;
-  device_scratch& operator=(const device_scratch&) = delete;
-  [[nodiscard]] std::byte* get() const noexcept { return p_; }
-
- private:
-  mr::memory_resource* resource_ = nullptr;
-  std::size_t bytes_ = 0;
-  stream_view s_;
-  std::byte* p_ = nullptr;
-};
 
 // Whether a group of uploads goes up through the device scratch: two or more,
 // all of them scatterable.
@@ -523,23 +502,23 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
   // Rounds: as many staged ranges as fit the block, downloads and uploads alike.
   std::size_t staged_total = 0;
   for (const staged& r : down) staged_total += r.slot();
-  std::size_t up_total = 0;
-  for (const staged& r : up) up_total += r.slot();
-  staged_total += up_total;
-  const std::size_t block_bytes = std::min(staged_total, std::max(max_batch_staging, aligned(o.max_chunk + 15)));
-  mr::caching_pinned_resource& resource = o.staging != nullptr ? *o.staging : staging_resource(device.kind());
-  const staging_block block{resource, block_bytes, s};  // before anything is enqueued
   // The scratch mirrors the uploads' part of a round, large ones included: it
   // is taken only where the small ones are at least half of it.
-  std::size_t scattered_total = 0, scatterable = 0;
+  std::size_t up_total = 0, scattered_total = 0, scatterable = 0;
   for (const staged& r : up) {
+    up_total += r.slot();
     if (r.scatterable) {
       scattered_total += r.slot();
       ++scatterable;
     }
   }
+  staged_total += up_total;
+  const std::size_t block_bytes = std::min(staged_total, std::max(max_batch_staging, aligned(o.max_chunk + 15)));
+  mr::caching_pinned_resource& resource = o.staging != nullptr ? *o.staging : staging_resource(device.kind());
+  const batch_block block{resource, block_bytes, s};  // before anything is enqueued
   const bool scatters = scatterable >= 2 && 2 * scattered_total >= up_total;
-  const device_scratch scratch{device, scatters ? std::min(up_total, block_bytes) : 0, s};
+  const batch_block scratch{mr::get_per_device_resource(device), scatters ? std::min(up_total, block_bytes) : 0, s,
+                            batch_block::needed::if_memory_allows};
 
   if (host_side || !up.empty()) detail::wait_for_stream(s);  // (a): host threads read or write host memory
   for (const entry& e : entries) {
