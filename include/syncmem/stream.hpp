@@ -115,7 +115,11 @@ class stream {
   stream& operator=(stream&& other) noexcept;
 
   /// @throws syncmem::logic_error on a moved-from stream.
-  [[nodiscard]] stream_view view() const;
+  [[nodiscard]] stream_view view() const {
+    if (!valid_) [[unlikely]]
+      throw_moved_from();
+    return {device_, handle_};
+  }
   operator stream_view() const { return view(); }  // NOLINT(google-explicit-constructor)
 
   [[nodiscard]] device_id device() const noexcept { return device_; }
@@ -126,6 +130,7 @@ class stream {
 
  private:
   void reset() noexcept;
+  [[noreturn]] static void throw_moved_from();
 
   device_id device_;
   CUstream_st* handle_ = nullptr;

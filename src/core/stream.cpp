@@ -174,10 +174,7 @@ void stream::reset() noexcept {
   handle_ = nullptr;
 }
 
-stream_view stream::view() const {
-  SYNCMEM_EXPECTS(valid_, "use of a moved-from syncmem::stream");
-  return detail::stream_access::make(device_, handle_);
-}
+void stream::throw_moved_from() { SYNCMEM_FAIL("use of a moved-from syncmem::stream"); }
 
 void stream::wait(const event& e) const { view().wait(e); }
 

@@ -75,6 +75,15 @@ class memory_resource {
       : device_{device}, max_alignment_{max_alignment}, kind_{kind} {}
 
  private:
+  // A power of two (tested without std::has_single_bit, which is a library
+  // call on targets without POPCNT) no larger than max_alignment().
+  [[nodiscard]] bool valid_alignment(std::size_t a) const noexcept {
+    return a != 0 && (a & (a - 1)) == 0 && a <= max_alignment_;
+  }
+  // Throws the logic_error for a request allocate() refuses (out of line).
+  [[noreturn]] void reject(std::size_t alignment, stream_view stream) const;
+  // deallocate() with a stream of another device: waits for it, then frees on the device's default stream.
+  void deallocate_after(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept;
   virtual void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) = 0;
   virtual void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept = 0;
   [[nodiscard]] virtual bool do_is_equal(const memory_resource&) const noexcept { return false; }

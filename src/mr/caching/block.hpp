@@ -47,6 +47,8 @@ struct alignas(64) block {
   block* link_next = nullptr;
   stream_pool* owner = nullptr;  // free or pending: the pool it (re)joins
   block_status status = block_status::free;
+  std::uint8_t index_fl = 0;  // in a free index: the size class it is listed under
+  std::uint8_t index_sl = 0;
   std::vector<CUstream_st*> uses;   // streams declared with record_stream
   std::vector<CUevent_st*> events;  // what must pass before the memory is reused
 

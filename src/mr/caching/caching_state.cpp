@@ -111,8 +111,8 @@ void* caching_state::allocate(std::size_t bytes, stream_view s) {
   // Whether the block may come back to this thread's cache when freed: only
   // if its (stream, size) has a bin. Only then is it worth recording.
   bool cacheable = false;
+  const std::uint32_t label = current_label_id();
   if (tc != nullptr) {
-    const std::uint32_t label = current_label_id();
     if (block* b = tc->take(stream, key, cacheable); b != nullptr) {
       if (tc->hand_out(b, stream, bytes, label)) {
         std::lock_guard lock{mutex_};
@@ -121,7 +121,7 @@ void* caching_state::allocate(std::size_t bytes, stream_view s) {
       return reinterpret_cast<void*>(b->ptr);
     }
   }
-  const handed out = allocate_slow(bytes, key, s, tc);
+  const handed out = allocate_slow(bytes, key, s, tc, label);
   if (cacheable) tc->remember(out.b, out.generation);
   return out.p;
 }
@@ -148,16 +148,21 @@ void caching_state::deallocate(void* p, std::size_t bytes, stream_view s) noexce
 
 // ==== the slow path, under mutex_ ===============================================
 
-caching_state::handed caching_state::allocate_slow(std::size_t bytes, std::size_t key, stream_view s,
-                                                   thread_cache* tc) {
-  const std::uint32_t label = current_label_id();
+caching_state::handed caching_state::allocate_slow(std::size_t bytes, std::size_t key, stream_view s, thread_cache* tc,
+                                                   std::uint32_t label) {
   std::lock_guard lock{mutex_};
   if (tc != nullptr) totals_.fold(*tc);
   reserved_.forget_limit_hit();
   if (!pending_.empty() || !pools_.retired().empty()) process_pending();
   const pool_kind kind = key <= small_request_limit ? pool_kind::small : pool_kind::large;
   stream_pool& pool = pools_.pool_for(s.native_handle());
-  block* const b = find_or_grow(kind, key, bytes, pool, s);
+  // The common case inline: a free block of this stream's own pool.
+  block* b = pools_.take_free(pool, kind, key);
+  if (b != nullptr) [[likely]] {
+    ++totals_.central_hits;
+  } else {
+    b = find_or_grow(kind, key, bytes, pool, s);
+  }
   try {
     hand_out(b, bytes, key, s.native_handle());
   } catch (...) {
@@ -196,7 +201,7 @@ void caching_state::hand_out(block* b, std::size_t bytes, std::size_t key, CUstr
 
 void caching_state::free_live(void* p, CUstream_st* s) {
   stream_pool& pool = pools_.pool_for(s);
-  block* const b = live_.find(reinterpret_cast<std::uintptr_t>(p));
+  block* const b = live_.erase(reinterpret_cast<std::uintptr_t>(p));
   if (b == nullptr) {
     syncmem::detail::logger().error(
         "{}: deallocate of {}, which is not a live allocation of this resource "
@@ -204,7 +209,6 @@ void caching_state::free_live(void* p, CUstream_st* s) {
         name_, p);
     return;
   }
-  live_.erase(b->ptr);
   totals_.take_back(b->size, b->requested.load(std::memory_order_relaxed));
   next_generation(b);
   if (b->needs_slow_free.load(std::memory_order_relaxed) && pending_.hold(b, s, pool)) return;

@@ -26,6 +26,7 @@
 #include "mr/caching/pending_frees.hpp"
 #include "mr/caching/pointer_map.hpp"
 #include "mr/caching/reservation.hpp"
+#include "mr/caching/state_mutex.hpp"
 #include "mr/caching/stream_pools.hpp"
 #include "mr/caching/thread_cache.hpp"
 #include "mr/caching/thread_caches.hpp"
@@ -81,7 +82,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   };
 
   // ---- under mutex_ ----
-  handed allocate_slow(std::size_t bytes, std::size_t key, stream_view s, thread_cache* tc);
+  handed allocate_slow(std::size_t bytes, std::size_t key, stream_view s, thread_cache* tc, std::uint32_t label);
   block* find_or_grow(pool_kind kind, std::size_t key, std::size_t bytes, stream_pool& pool, stream_view s);
   void hand_out(block* b, std::size_t bytes, std::size_t key, CUstream_st* s);
   void free_live(void* p, CUstream_st* s);
@@ -109,7 +110,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   std::uint64_t observer_ = 0;
 
   // ---- the parts; all but the thread caches under mutex_ ----
-  mutable std::mutex mutex_;
+  mutable caching::state_mutex mutex_;
   caching::reservation reserved_;
   caching::stream_pools pools_;
   caching::caching_events events_;

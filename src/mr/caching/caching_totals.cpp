@@ -43,11 +43,10 @@ void caching_totals::take_back(std::size_t size, std::size_t requested) noexcept
   ++deallocations_;
 }
 
-void caching_totals::fold(thread_cache& tc) noexcept {
+void caching_totals::fold_deltas(thread_cache& tc) noexcept {
   const auto a = take(tc.allocated_delta);
   const auto q = take(tc.requested_delta);
   const auto l = take(tc.live_delta);
-  if (a == 0 && q == 0 && l == 0) return;
   raise(peak_allocated_, add(allocated_, a));
   raise(peak_requested_, add(requested_, q));
   add(live_, l);

@@ -34,8 +34,15 @@ class caching_totals {
   void hand_out(std::size_t size, std::size_t bytes) noexcept;
   // A block handed out for `requested` bytes comes back to the allocator itself.
   void take_back(std::size_t size, std::size_t requested) noexcept;
-  // Adds what a thread's cache changed since the last fold.
-  void fold(thread_cache& tc) noexcept;
+  // Adds what a thread's cache changed since the last fold. Inline for the
+  // common case on the slow path: nothing changed.
+  void fold(thread_cache& tc) noexcept {
+    if (tc.allocated_delta.load(std::memory_order_relaxed) == 0 &&
+        tc.requested_delta.load(std::memory_order_relaxed) == 0 && tc.live_delta.load(std::memory_order_relaxed) == 0) {
+      return;
+    }
+    fold_deltas(tc);
+  }
   // fold, and the counts of a cache whose thread exits.
   void absorb(thread_cache& tc) noexcept;
 
@@ -46,6 +53,7 @@ class caching_totals {
   void reset_peaks(const totals& t) noexcept;
 
  private:
+  void fold_deltas(thread_cache& tc) noexcept;
   std::atomic<std::int64_t> allocated_{0};
   std::atomic<std::int64_t> requested_{0};
   std::atomic<std::int64_t> live_{0};

@@ -28,6 +28,8 @@ class free_index {
 
   void insert(block* b) noexcept {
     const auto [fl, sl] = class_of(b->size);
+    b->index_fl = static_cast<std::uint8_t>(fl);
+    b->index_sl = static_cast<std::uint8_t>(sl);
     block*& head = heads_[fl][sl];
     b->link_prev = nullptr;
     b->link_next = head;
@@ -39,8 +41,10 @@ class free_index {
     ++count_;
   }
 
+  // `b` must be listed here, and its size unchanged since insert().
   void remove(block* b) noexcept {
-    const auto [fl, sl] = class_of(b->size);
+    const int fl = b->index_fl;  // the class it was listed under
+    const int sl = b->index_sl;
     if (b->link_prev != nullptr) {
       b->link_prev->link_next = b->link_next;
     } else {

@@ -31,13 +31,15 @@ class pointer_map {
     }
   }
 
-  bool erase(std::uintptr_t ptr) noexcept {
-    if (slots_.empty()) return false;
+  // Removes `ptr` and returns its block; nullptr when absent.
+  block* erase(std::uintptr_t ptr) noexcept {
+    if (slots_.empty()) return nullptr;
     std::size_t i = home(ptr);
     while (slots_[i].ptr != ptr) {
-      if (slots_[i].ptr == 0) return false;
+      if (slots_[i].ptr == 0) return nullptr;
       i = (i + 1) & mask_;
     }
+    block* const found = slots_[i].b;
     --size_;
     for (std::size_t j = (i + 1) & mask_; slots_[j].ptr != 0; j = (j + 1) & mask_) {
       const std::size_t h = home(slots_[j].ptr);
@@ -49,7 +51,7 @@ class pointer_map {
       }
     }
     slots_[i] = entry{};
-    return true;
+    return found;
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }

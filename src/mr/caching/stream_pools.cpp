@@ -15,8 +15,7 @@ stream_pools::stream_pools(std::size_t max_split_size) : max_split_size_{max_spl
   idle_.kind = stream_pool::role::idle;
 }
 
-stream_pool& stream_pools::pool_for(CUstream_st* s) {
-  if (last_ != nullptr && last_->stream == s) return *last_;
+stream_pool& stream_pools::find_or_make_pool(CUstream_st* s) {
   auto it = live_.find(s);
   if (it == live_.end()) {
     auto fresh = std::make_unique<stream_pool>();

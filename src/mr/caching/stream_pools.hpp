@@ -38,8 +38,13 @@ class stream_pools {
   // Large blocks over max_split_size are kept whole (unless growable).
   explicit stream_pools(std::size_t max_split_size);
 
-  // The pool of a live stream, made on first use.
-  [[nodiscard]] stream_pool& pool_for(CUstream_st* s);
+  // The pool of a live stream, made on first use. Inline for the common case,
+  // the stream of the last call.
+  [[nodiscard]] stream_pool& pool_for(CUstream_st* s) {
+    if (last_ != nullptr && last_->stream == s) [[likely]]
+      return *last_;
+    return find_or_make_pool(s);
+  }
   [[nodiscard]] stream_pool& idle() noexcept { return idle_; }
   [[nodiscard]] const live_map& live() const noexcept { return live_; }
   [[nodiscard]] const retired_list& retired() const noexcept { return retired_; }
@@ -75,6 +80,7 @@ class stream_pools {
  private:
   template <class F>
   void for_each_pool(F&& f) const;
+  stream_pool& find_or_make_pool(CUstream_st* s);
   // `into` grows over its neighbour `gone`, whose record goes.
   block* absorb(block* into, block* gone) noexcept;
 

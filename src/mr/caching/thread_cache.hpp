@@ -322,6 +322,11 @@ struct thread_cache {
       recent = {s, key};
       return false;
     }
+    return add_bin(s, key);
+  }
+
+  // Out of line: the lock and the table's growth would make every miss save registers.
+  [[gnu::noinline]] bool add_bin(CUstream_st* s, std::size_t key) noexcept {
     try {
       std::lock_guard guard{lock};
       (void)bins.find_or_add(s, key);
