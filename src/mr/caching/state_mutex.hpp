@@ -3,7 +3,7 @@
 // The caching allocator's lock. Its slow path takes it once per call, so the
 // uncontended case must cost one locked instruction to take and one to give
 // back, inline: std::mutex adds a call into the C library and its owner
-// bookkeeping, a tenth of a random allocation's time. Contended, it spins
+// bookkeeping to every one. Contended, it spins
 // briefly, then sleeps on the lock word (a futex on Linux), since the holder
 // may be inside a device call for milliseconds.
 
