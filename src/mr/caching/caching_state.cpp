@@ -173,9 +173,10 @@ caching_state::handed caching_state::allocate_slow(std::size_t bytes, std::size_
   return {reinterpret_cast<void*>(b->ptr), b, b->generation.load(std::memory_order_relaxed)};
 }
 
+// After the stream's own pool had no block for the request (allocate_slow).
 block* caching_state::find_or_grow(pool_kind kind, std::size_t key, std::size_t bytes, stream_pool& pool,
                                    stream_view s) {
-  block* b = find_cached(kind, key, pool, s);
+  block* b = find_elsewhere(kind, key, pool, s);
   // Memory parked in per-thread caches may fit: take back what is not in use.
   if (b == nullptr && flush_caches(false) > 0) b = find_cached(kind, key, pool, s);
   if (b != nullptr) {
@@ -217,6 +218,10 @@ void caching_state::free_live(void* p, CUstream_st* s) {
 
 block* caching_state::find_cached(pool_kind kind, std::size_t key, stream_pool& pool, stream_view s) {
   if (block* b = pools_.take_free(pool, kind, key)) return b;
+  return find_elsewhere(kind, key, pool, s);
+}
+
+block* caching_state::find_elsewhere(pool_kind kind, std::size_t key, stream_pool& pool, stream_view s) {
   if (block* b = pools_.take_free(pools_.idle(), kind, key)) return b;
   return steal(kind, key, pool, s);
 }

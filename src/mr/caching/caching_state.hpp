@@ -86,7 +86,10 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   block* find_or_grow(pool_kind kind, std::size_t key, std::size_t bytes, stream_pool& pool, stream_view s);
   void hand_out(block* b, std::size_t bytes, std::size_t key, CUstream_st* s);
   void free_live(void* p, CUstream_st* s);
+  // A cached block for the request: the stream's own pool, then find_elsewhere.
   block* find_cached(pool_kind kind, std::size_t key, stream_pool& pool, stream_view s);
+  // The idle pool, then other streams' free memory (steal).
+  block* find_elsewhere(pool_kind kind, std::size_t key, stream_pool& pool, stream_view s);
   block* steal(pool_kind kind, std::size_t key, stream_pool& pool, stream_view s);
   block* grow(pool_kind kind, std::size_t key, stream_pool& pool, stream_view s);
   block* recover(pool_kind kind, std::size_t key, std::size_t bytes, stream_pool& pool, stream_view s);
