@@ -63,12 +63,27 @@ class comm_backend {
 // call (an event recorded after it) waits until then.
 // Emulated communicators defer their calls in a group the same way, so that
 // code tested on them is right on NCCL.
+// The memory one call reads and writes, and the call, named for errors.
+struct memory_use {
+  const void* read = nullptr;
+  std::size_t read_bytes = 0;
+  const void* write = nullptr;
+  std::size_t write_bytes = 0;
+  std::string owner;  // "nccl communicator rank 0 of 2 on cuda:0"
+  std::string call;   // "all_reduce of 8 float32 (sum)"
+};
 struct thread_group {
   int depth = 0;
   std::vector<std::function<void()>> launches;   // emulated calls, in call order
   std::vector<std::function<void()>> after_end;  // what must follow the calls
+  std::vector<memory_use> uses;                  // the memory of the group's calls so far
 };
 [[nodiscard]] thread_group& this_thread_group() noexcept;
+// Inside a group, refuses a call that writes memory an earlier call of the
+// group reads or writes, or reads memory one writes (NCCL fuses a group's
+// calls into one launch and runs them in no order), then records its memory.
+// Outside a group, does nothing.
+void claim_memory(memory_use use);
 // Enqueues an emulated call now, or when the calling thread's outermost group ends.
 void launch_grouped(std::function<void()> launch);
 // Runs `f` now, or when the calling thread's outermost group ends, after its calls.

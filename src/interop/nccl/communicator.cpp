@@ -455,6 +455,9 @@ void communicator::submit(const detail::call& c, stream_view s, bool pointers_kn
     if (!pointers_known) check_pointer(*this, name, arg, p, size);
   };
   detail::call out = c;
+  // What the call reads and writes on this rank.
+  std::size_t read_bytes = bytes;
+  std::size_t write_bytes = bytes;
   switch (c.kind) {
     case collective::all_reduce:
       check_reduction(*this, name, c.type, c.op);
@@ -467,8 +470,9 @@ void communicator::submit(const detail::call& c, stream_view s, bool pointers_kn
       if (st.rank == c.peer) {
         pointer("send", c.send, bytes);
         check_overlap(*this, name, c.send, bytes, c.recv, bytes, 0, "send == recv");
-      } else if (c.send == nullptr) {
-        out.send = c.recv;  // read on the root only
+      } else {
+        read_bytes = 0;
+        if (c.send == nullptr) out.send = c.recv;  // read on the root only
       }
       pointer("recv", c.recv, bytes);
       break;
@@ -478,6 +482,7 @@ void communicator::submit(const detail::call& c, stream_view s, bool pointers_kn
       pointer("recv", c.recv, total);
       check_overlap(*this, name, c.recv, total, c.send, bytes, bytes * static_cast<std::size_t>(st.rank),
                     "send == recv + rank() * send_count elements");
+      write_bytes = total;
       break;
     }
     case collective::reduce_scatter: {
@@ -487,16 +492,22 @@ void communicator::submit(const detail::call& c, stream_view s, bool pointers_kn
       pointer("recv", c.recv, bytes);
       check_overlap(*this, name, c.send, total, c.recv, bytes, bytes * static_cast<std::size_t>(st.rank),
                     "recv == send + rank() * recv_count elements");
+      read_bytes = total;
       break;
     }
     case collective::send:
       check_rank(*this, name, "peer", c.peer, false);
       pointer("buffer", c.send, bytes);
+      write_bytes = 0;
       break;
     case collective::recv:
       check_rank(*this, name, "peer", c.peer, false);
       pointer("buffer", c.recv, bytes);
+      read_bytes = 0;
       break;
+  }
+  if (detail::this_thread_group().depth > 0) {
+    detail::claim_memory({c.send, read_bytes, c.recv, write_bytes, st.name(), detail::describe(c)});
   }
   st.backend->enqueue(out, s);
 }

@@ -1,7 +1,10 @@
 #include "syncmem/nccl/group.hpp"
 
+#include <cstdint>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "comm_backend.hpp"
 #include "core/log.hpp"
@@ -35,6 +38,38 @@ void after_enqueued(std::function<void()> f) {
   }
 }
 
+namespace {
+bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
+  const auto x = reinterpret_cast<std::uintptr_t>(a);
+  const auto y = reinterpret_cast<std::uintptr_t>(b);
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+}  // namespace
+
+void claim_memory(memory_use use) {
+  auto& g = this_thread_group();
+  if (g.depth == 0) return;
+  for (const auto& earlier : g.uses) {
+    const char* mine = "writes";
+    const char* theirs = nullptr;
+    if (overlap(use.write, use.write_bytes, earlier.write, earlier.write_bytes)) {
+      theirs = "writes";
+    } else if (overlap(use.write, use.write_bytes, earlier.read, earlier.read_bytes)) {
+      theirs = "reads";
+    } else if (overlap(use.read, use.read_bytes, earlier.write, earlier.write_bytes)) {
+      mine = "reads";
+      theirs = "writes";
+    } else {
+      continue;
+    }
+    SYNCMEM_FAIL(
+        fmt::format("{}: {} {} memory that {} of {} {}, earlier in the same nccl::group; NCCL runs the "
+                    "calls of a group together, in no order: end the group between them",
+                    use.owner, use.call, mine, earlier.call, earlier.owner, theirs));
+  }
+  g.uses.push_back(std::move(use));
+}
+
 }  // namespace detail
 
 namespace {
@@ -52,6 +87,7 @@ std::string close_group() noexcept {
     auto after = std::move(g.after_end);
     g.launches.clear();
     g.after_end.clear();
+    g.uses.clear();
     for (auto* list : {&launches, &after}) {
       for (auto& f : *list) {
         try {

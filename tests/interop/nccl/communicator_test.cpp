@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -242,28 +243,97 @@ TYPED_TEST(communicator_test, AllReducesInPlaceOnBuffersAndRawMemory) {
   const std::size_t count = random_count(100000);
   std::vector<std::vector<std::byte>> inputs;
   std::vector<tensor> inplace;
-  std::vector<device_buffer> send, recv;
+  std::vector<device_buffer> send, recv, raw;
   for (int r = 0; r < this->n(); ++r) {
     inputs.push_back(small_values(t, count));
     inplace.push_back(this->make_tensor(r, t, shape{static_cast<std::int64_t>(count)}, inputs.back()));
     send.emplace_back(inputs.back().data(), inputs.back().size(), this->s(r));
     recv.emplace_back(count * size_of(t), this->s(r));
+    raw.emplace_back(inputs.back().data(), inputs.back().size(), this->s(r));
   }
+  // One group: the three calls share no memory (NCCL runs them together).
   this->each_rank([&](int r) {
     this->comm(r).all_reduce(inplace[r], reduce_op::max, this->s(r));
     this->comm(r).all_reduce(send[r], recv[r], t, reduce_op::sum, this->s(r));
-    // Raw pointers: in place on the send buffer.
-    this->comm(r).all_reduce(send[r].data(), send[r].data(), count, t, reduce_op::min, this->s(r));
+    // Raw pointers, in place.
+    this->comm(r).all_reduce(raw[r].data(), raw[r].data(), count, t, reduce_op::min, this->s(r));
   });
   for (int r = 0; r < this->n(); ++r) {
     const auto max = this->bytes_of(inplace[r]);
-    std::vector<std::byte> sum(count * size_of(t)), min(count * size_of(t));
+    std::vector<std::byte> sum(count * size_of(t)), min(count * size_of(t)), sent(count * size_of(t));
     recv[r].copy_to_host(sum.data(), sum.size(), this->s(r));
-    send[r].copy_to_host(min.data(), min.size(), this->s(r));
+    raw[r].copy_to_host(min.data(), min.size(), this->s(r));
+    send[r].copy_to_host(sent.data(), sent.size(), this->s(r));
+    EXPECT_EQ(sent, inputs[r]) << "rank " << r << ": the send buffer changed";
     for (std::size_t i = 0; i < count; ++i) {
       expect_element(reduce_op::max, t, reduced(reduce_op::max, t, inputs, i), max.data(), i, r);
       expect_element(reduce_op::sum, t, reduced(reduce_op::sum, t, inputs, i), sum.data(), i, r);
       expect_element(reduce_op::min, t, reduced(reduce_op::min, t, inputs, i), min.data(), i, r);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// NCCL fuses a group's calls into one launch, in no order: a call that writes
+// memory another call of the group reads or writes is refused before it is
+// enqueued, and the rest of the group runs.
+TYPED_TEST(communicator_test, RefusesCallsOfOneGroupThatRaceOnTheirMemory) {
+  this->make();
+  const dtype t = dtype::int32;
+  const std::size_t count = random_count(4000);
+  const std::size_t bytes = count * size_of(t);
+  std::vector<std::vector<std::byte>> inputs;
+  std::vector<device_buffer> send, sum, max;
+  for (int r = 0; r < this->n(); ++r) {
+    inputs.push_back(small_values(t, count));
+    send.emplace_back(inputs.back().data(), bytes, this->s(r));
+    sum.emplace_back(bytes, this->s(r));
+    max.emplace_back(bytes, this->s(r));
+  }
+  std::vector<std::string> errors;
+  this->each_rank([&](int r) {
+    auto& c = this->comm(r);
+    c.all_reduce(send[r], sum[r], t, reduce_op::sum, this->s(r));
+    c.all_reduce(send[r], max[r], t, reduce_op::max, this->s(r));  // reads send too: allowed
+    errors.push_back(
+        error_of([&] { c.all_reduce(send[r].data(), send[r].data(), count, t, reduce_op::min, this->s(r)); }));
+    errors.push_back(error_of([&] { c.all_reduce(max[r], sum[r], t, reduce_op::sum, this->s(r)); }));
+    errors.push_back(error_of([&] { c.send(sum[r], t, (r + 1) % this->n(), this->s(r)); }));
+  });
+  const std::string n = std::to_string(count);
+  for (int r = 0; r < this->n(); ++r) {
+    const std::string owner = this->comm(r).to_string();
+    const std::string first = "all_reduce of " + n + " int32 (sum) of " + owner;
+    const auto at = static_cast<std::size_t>(3 * r);
+    EXPECT_THAT(errors[at], HasSubstr(owner + ": all_reduce of " + n + " int32 (min) writes memory that " + first +
+                                      " reads, earlier in the same nccl::group"));
+    EXPECT_THAT(errors[at], HasSubstr("end the group between them"));
+    EXPECT_THAT(errors[at + 1],
+                HasSubstr("all_reduce of " + n + " int32 (sum) writes memory that " + first + " writes"));
+    EXPECT_THAT(errors[at + 2],
+                HasSubstr(owner + ": send of " + n + " int32 to rank " + std::to_string((r + 1) % this->n()) +
+                          " reads memory that " + first + " writes"));
+  }
+  for (int r = 0; r < this->n(); ++r) {
+    std::vector<std::byte> got_sum(bytes), got_max(bytes), sent(bytes);
+    sum[r].copy_to_host(got_sum.data(), bytes, this->s(r));
+    max[r].copy_to_host(got_max.data(), bytes, this->s(r));
+    send[r].copy_to_host(sent.data(), bytes, this->s(r));
+    EXPECT_EQ(sent, inputs[r]) << "rank " << r << ": a refused call wrote the send buffer";
+    for (std::size_t i = 0; i < count; ++i) {
+      expect_element(reduce_op::sum, t, reduced(reduce_op::sum, t, inputs, i), got_sum.data(), i, r);
+      expect_element(reduce_op::max, t, reduced(reduce_op::max, t, inputs, i), got_max.data(), i, r);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // In a group of its own, the refused in-place call runs.
+  this->each_rank(
+      [&](int r) { this->comm(r).all_reduce(send[r].data(), send[r].data(), count, t, reduce_op::min, this->s(r)); });
+  for (int r = 0; r < this->n(); ++r) {
+    std::vector<std::byte> got(bytes);
+    send[r].copy_to_host(got.data(), bytes, this->s(r));
+    for (std::size_t i = 0; i < count; ++i) {
+      expect_element(reduce_op::min, t, reduced(reduce_op::min, t, inputs, i), got.data(), i, r);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
