@@ -8,9 +8,9 @@
 // nccl_resource), and raw NCCL: nccl-cudaMalloc (cudaMalloc'd buffers),
 // nccl-registered (cudaMalloc'd and ncclCommRegister'd), nccl-ncclMemAlloc
 // (ncclMemAlloc'd and registered: NCCL's own zero-copy setup). Every iteration
-// runs each method once, in turn, in place on float32 buffers of its own, and
-// times only the benchmark's own: from its first call until every rank's
-// stream has finished. With fewer than two GPUs the suite registers one
+// runs each method once, in turn, starting one method further each time, in
+// place on float32 buffers of its own, and times only the benchmark's own:
+// from its first call until every rank's stream has finished. With fewer than two GPUs the suite registers one
 // benchmark, which skips saying why. Peer copies are transfer/peer (transfers.cpp).
 
 #include <benchmark/benchmark.h>
@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -186,14 +187,17 @@ void run_allreduce(benchmark::State& state, std::vector<device_id> devices, std:
   allreduce_setup setup{c, bytes};
   for (const method m : all_methods) setup.run(m);  // warm: NCCL's channels and registrations
   using clock = std::chrono::steady_clock;
+  std::size_t first = 0;  // each iteration starts with the next method, so none always follows the same one
   for (auto _ : state) {
     double mine_seconds = 0;
-    for (const method m : all_methods) {
+    for (std::size_t k = 0; k < std::size(all_methods); ++k) {
+      const method m = all_methods[(first + k) % std::size(all_methods)];
       const auto start = clock::now();
       setup.run(m);
       if (m == mine) mine_seconds = std::chrono::duration<double>(clock::now() - start).count();
     }
     state.SetIterationTime(mine_seconds);
+    first = (first + 1) % std::size(all_methods);
   }
   const double n = static_cast<double>(devices.size());
   const double bus_factor = 2 * (n - 1) / n;

@@ -63,14 +63,18 @@ class comm_backend {
 // call (an event recorded after it) waits until then.
 // Emulated communicators defer their calls in a group the same way, so that
 // code tested on them is right on NCCL.
-// The memory one call reads and writes, and the call, named for errors.
+// "nccl communicator rank 0 of 2 on cuda:0".
+[[nodiscard]] std::string communicator_name(int rank, int size, device_id device);
+
+// One call of a group and the memory it uses: it reads `read_bytes` from
+// c.send and writes `write_bytes` to c.recv. Names are made only for errors.
 struct memory_use {
-  const void* read = nullptr;
+  call c;
   std::size_t read_bytes = 0;
-  const void* write = nullptr;
   std::size_t write_bytes = 0;
-  std::string owner;  // "nccl communicator rank 0 of 2 on cuda:0"
-  std::string call;   // "all_reduce of 8 float32 (sum)"
+  int rank = 0;
+  int size = 1;
+  device_id device = device_id::cuda(0);
 };
 struct thread_group {
   int depth = 0;
@@ -83,7 +87,7 @@ struct thread_group {
 // group reads or writes, or reads memory one writes (NCCL fuses a group's
 // calls into one launch and runs them in no order), then records its memory.
 // Outside a group, does nothing.
-void claim_memory(memory_use use);
+void claim_memory(const memory_use& use);
 // Enqueues an emulated call now, or when the calling thread's outermost group ends.
 void launch_grouped(std::function<void()> launch);
 // Runs `f` now, or when the calling thread's outermost group ends, after its calls.

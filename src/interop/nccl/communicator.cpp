@@ -87,6 +87,10 @@ std::string describe(const call& c) {
   return text;
 }
 
+std::string communicator_name(int rank, int size, device_id device) {
+  return fmt::format("nccl communicator rank {} of {} on {}", rank, size, syncmem::to_string(device));
+}
+
 std::string describe_registration(const call& c) {
   return describe(c) + (c.registered ? ", in registered memory" : ", in unregistered memory");
 }
@@ -187,9 +191,7 @@ struct communicator::state {
   std::vector<std::pair<mr::caching_resource*, std::shared_ptr<segment_registrar>>> registered;
   registration_statistics retired;  // of registrars already removed
 
-  [[nodiscard]] std::string name() const {
-    return fmt::format("nccl communicator rank {} of {} on {}", rank, size, syncmem::to_string(device));
-  }
+  [[nodiscard]] std::string name() const { return detail::communicator_name(rank, size, device); }
 };
 
 namespace {
@@ -507,7 +509,7 @@ void communicator::submit(const detail::call& c, stream_view s, bool pointers_kn
       break;
   }
   if (detail::this_thread_group().depth > 0) {
-    detail::claim_memory({c.send, read_bytes, c.recv, write_bytes, st.name(), detail::describe(c)});
+    detail::claim_memory({c, read_bytes, write_bytes, st.rank, st.size, st.device});
   }
   st.backend->enqueue(out, s);
 }

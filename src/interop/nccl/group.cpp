@@ -46,17 +46,17 @@ bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) noexc
 }
 }  // namespace
 
-void claim_memory(memory_use use) {
+void claim_memory(const memory_use& use) {
   auto& g = this_thread_group();
   if (g.depth == 0) return;
   for (const auto& earlier : g.uses) {
     const char* mine = "writes";
     const char* theirs = nullptr;
-    if (overlap(use.write, use.write_bytes, earlier.write, earlier.write_bytes)) {
+    if (overlap(use.c.recv, use.write_bytes, earlier.c.recv, earlier.write_bytes)) {
       theirs = "writes";
-    } else if (overlap(use.write, use.write_bytes, earlier.read, earlier.read_bytes)) {
+    } else if (overlap(use.c.recv, use.write_bytes, earlier.c.send, earlier.read_bytes)) {
       theirs = "reads";
-    } else if (overlap(use.read, use.read_bytes, earlier.write, earlier.write_bytes)) {
+    } else if (overlap(use.c.send, use.read_bytes, earlier.c.recv, earlier.write_bytes)) {
       mine = "reads";
       theirs = "writes";
     } else {
@@ -65,9 +65,10 @@ void claim_memory(memory_use use) {
     SYNCMEM_FAIL(
         fmt::format("{}: {} {} memory that {} of {} {}, earlier in the same nccl::group; NCCL runs the "
                     "calls of a group together, in no order: end the group between them",
-                    use.owner, use.call, mine, earlier.call, earlier.owner, theirs));
+                    communicator_name(use.rank, use.size, use.device), describe(use.c), mine, describe(earlier.c),
+                    communicator_name(earlier.rank, earlier.size, earlier.device), theirs));
   }
-  g.uses.push_back(std::move(use));
+  g.uses.push_back(use);
 }
 
 }  // namespace detail
