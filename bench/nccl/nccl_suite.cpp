@@ -10,8 +10,9 @@
 // (ncclMemAlloc'd and registered: NCCL's own zero-copy setup). Every iteration
 // runs each method once, in turn, starting one method further each time, in
 // place on float32 buffers of its own, and times only the benchmark's own:
-// from its first call until every rank's stream has finished. With fewer than two GPUs the suite registers one
-// benchmark, which skips saying why. Peer copies are transfer/peer (transfers.cpp).
+// from its first call until every rank's stream has finished. With fewer than
+// two GPUs the suite registers one benchmark, which skips saying why. Peer
+// copies are transfer/peer (transfers.cpp).
 
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>

@@ -58,11 +58,6 @@ class comm_backend {
   virtual void deregister_buffer(void* handle) noexcept = 0;
 };
 
-// The nccl::group of the calling thread. NCCL enqueues a grouped call on its
-// stream only when the outermost group ends, so work that must follow the
-// call (an event recorded after it) waits until then.
-// Emulated communicators defer their calls in a group the same way, so that
-// code tested on them is right on NCCL.
 // "nccl communicator rank 0 of 2 on cuda:0".
 [[nodiscard]] std::string communicator_name(int rank, int size, device_id device);
 
@@ -76,6 +71,12 @@ struct memory_use {
   int size = 1;
   device_id device = device_id::cuda(0);
 };
+
+// The nccl::group of the calling thread. NCCL enqueues a grouped call on its
+// stream only when the outermost group ends, so work that must follow the
+// call (an event recorded after it) waits until then.
+// Emulated communicators defer their calls in a group the same way, so that
+// code tested on them is right on NCCL.
 struct thread_group {
   int depth = 0;
   std::vector<std::function<void()>> launches;   // emulated calls, in call order

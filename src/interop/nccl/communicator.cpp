@@ -508,9 +508,7 @@ void communicator::submit(const detail::call& c, stream_view s, bool pointers_kn
       read_bytes = 0;
       break;
   }
-  if (detail::this_thread_group().depth > 0) {
-    detail::claim_memory({c, read_bytes, write_bytes, st.rank, st.size, st.device});
-  }
+  detail::claim_memory({c, read_bytes, write_bytes, st.rank, st.size, st.device});
   st.backend->enqueue(out, s);
 }
 
