@@ -30,7 +30,9 @@ void add_bench_command(CLI::App& app, bench_options& options) {
                       "median round, --json keeps every round")
           ->type_name("N")
           ->check(CLI::Range(1, 1000));
-  cmd->add_option("--json", options.json_path, "Write every run, the machine and the date as JSON to FILE")
+  cmd->add_option("--json", options.json_path,
+                  "Write every run, the machine and the date as JSON to FILE (with --rounds, after each round too, so "
+                  "that a run stopped early keeps the rounds it finished)")
       ->type_name("FILE");
   cmd->add_option("--html", options.html_path,
                   "Write a self-contained HTML page with plots and the machine description to FILE")
@@ -57,7 +59,10 @@ int run_bench(const bench_options& options) {
     results =
         results_from_json(parse_json(read_file(options.from_path, "results"), options.from_path), options.from_path);
   } else {
-    results = run_benchmarks(request);
+    // The rounds finished so far are saved after each one: a run stopped early keeps them.
+    results = run_benchmarks(request, [&options](const bench_results& so_far) {
+      if (!options.json_path.empty()) write_file(options.json_path, to_json(so_far).dump(2) + "\n");
+    });
   }
 
   fmt::print("\n{}", render_table(results));

@@ -285,7 +285,8 @@ std::vector<std::string> list_benchmarks(const bench_request& request) {
   return names;
 }
 
-bench_results run_benchmarks(const bench_request& request) {
+bench_results run_benchmarks(const bench_request& request,
+                             const std::function<void(const bench_results&)>& after_round) {
   auto names = list_benchmarks(request);
   const auto& o = registered_suites(request.quick);
   bench_results results;
@@ -312,7 +313,15 @@ bench_results run_benchmarks(const bench_request& request) {
     // Round after round of the same benchmarks in the same order: each
     // benchmark's rounds are spread over the whole session, and the methods
     // of one case stay side by side in each round.
-    for (int round = 0; round < request.rounds; ++round) benchmark::RunSpecifiedBenchmarks(&progress, results.filter);
+    for (int round = 1; round <= request.rounds; ++round) {
+      benchmark::RunSpecifiedBenchmarks(&progress, results.filter);
+      if (after_round && round < request.rounds) {
+        bench_results so_far = results;
+        so_far.rounds = round;
+        so_far.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        after_round(so_far);
+      }
+    }
   } catch (const std::exception& e) {
     // A suite should turn its failures into SkipWithError; name the one that did not.
     progress.Finalize();

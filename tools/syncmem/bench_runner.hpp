@@ -4,6 +4,7 @@
 // reporter of our own: a progress bar on a terminal, plain lines otherwise,
 // and every run kept as a bench_run.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct bench_request {
 
 // Runs the benchmarks `request` selects and returns what they measured, with
 // the machine description and the date. Throws input_error as list_benchmarks.
-[[nodiscard]] bench_results run_benchmarks(const bench_request& request);
+// `after_round`, when given, is called between rounds with the results of the
+// rounds finished so far (their `rounds` says how many).
+[[nodiscard]] bench_results run_benchmarks(const bench_request& request,
+                                           const std::function<void(const bench_results&)>& after_round = {});
 
 }  // namespace syncmem::tool

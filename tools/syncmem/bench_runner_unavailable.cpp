@@ -17,6 +17,6 @@ namespace {
 
 bool benchmarks_built() noexcept { return false; }
 std::vector<std::string> list_benchmarks(const bench_request&) { unavailable(); }
-bench_results run_benchmarks(const bench_request&) { unavailable(); }
+bench_results run_benchmarks(const bench_request&, const std::function<void(const bench_results&)>&) { unavailable(); }
 
 }  // namespace syncmem::tool

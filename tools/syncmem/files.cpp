@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -64,11 +65,18 @@ void check_writable(const std::string& path, const std::string& option) {
 }
 
 void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out{path, std::ios::binary | std::ios::trunc};
+  // Written beside it, then renamed over it: a reader, or a run stopped
+  // mid-write, sees the old file or the new one whole.
+  const std::string partial = path + ".partial";
+  std::ofstream out{partial, std::ios::binary | std::ios::trunc};
   if (!out) throw input_error{fmt::format("cannot write '{}': {}", path, std::strerror(errno))};
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.close();
-  if (!out) throw input_error{fmt::format("cannot write '{}': {}", path, std::strerror(errno))};
+  if (!out || std::rename(partial.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(partial.c_str());
+    throw input_error{fmt::format("cannot write '{}': {}", path, std::strerror(error))};
+  }
 }
 
 }  // namespace syncmem::tool
