@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -59,10 +60,14 @@ int run_bench(const bench_options& options) {
     results =
         results_from_json(parse_json(read_file(options.from_path, "results"), options.from_path), options.from_path);
   } else {
-    // The rounds finished so far are saved after each one: a run stopped early keeps them.
-    results = run_benchmarks(request, [&options](const bench_results& so_far) {
-      if (!options.json_path.empty()) write_file(options.json_path, to_json(so_far).dump(2) + "\n");
-    });
+    // With --json, the rounds finished so far are saved after each one: a run stopped early keeps them.
+    std::function<void(const bench_results&)> save_round;
+    if (!options.json_path.empty()) {
+      save_round = [&options](const bench_results& so_far) {
+        write_file(options.json_path, to_json(so_far).dump(2) + "\n");
+      };
+    }
+    results = run_benchmarks(request, save_round);
   }
 
   fmt::print("\n{}", render_table(results));
