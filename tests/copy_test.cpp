@@ -660,17 +660,20 @@ TYPED_TEST(Copy, StagingBlocksAreReusedOnlyAfterTheirCopies) {
 
 // While the link is busy, an upload's chunk goes in one DMA with the next
 // chunk when that lies right after it in the ring of buffers. On emulated
-// devices every stream operation here waits up to 2 ms, so that every DMA
-// stays queued behind the ones before it: 65 chunks (64 full ones and a
-// short tail) through 8 buffers take 34 DMAs, the first two alone, then
-// pairs, never across the end of the ring, then the tail. (A stream held by
-// earlier work would not do: an upload first waits for the work before it.)
-// On CUDA devices the link is too quick for that to be sure. Every byte
+// devices every stream operation here waits up to 4 ms, so that DMAs stay
+// queued behind the ones before it: 65 chunks (64 full ones and a short
+// tail) through 8 buffers take 34 DMAs, the first two alone, then pairs,
+// never across the end of the ring, then the tail. A caller descheduled for
+// longer than two DMAs on a loaded machine (seen in CI: 35) finds the link
+// idle and sends a chunk alone, so up to 40 are allowed; fewer than 34
+// would mean a DMA across the end of the ring. (A stream held by earlier
+// work would not do: an upload first waits for the work before it.) On
+// CUDA devices the link is too quick for any of that to be sure. Every byte
 // arrives either way.
 TYPED_TEST(Copy, AnUploadMergesAdjacentChunksWhileTheLinkIsBusy) {
   const bool emulated = this->kind == device_kind::emulated;
   std::optional<scoped_emulated_delay> delay;
-  if (emulated) delay.emplace(std::chrono::microseconds{2000});
+  if (emulated) delay.emplace(std::chrono::microseconds{4000});
   copy_options o;
   o.direct_threshold = 0;
   o.min_chunk = o.max_chunk = 64 * KiB;
@@ -686,7 +689,8 @@ TYPED_TEST(Copy, AnUploadMergesAdjacentChunksWhileTheLinkIsBusy) {
   t.wait();
   EXPECT_TRUE(same_bytes(d.read(), bytes));
   if (emulated) {
-    EXPECT_EQ(dmas, 34U);
+    EXPECT_GE(dmas, 34U);
+    EXPECT_LE(dmas, 40U);
   } else {
     EXPECT_GE(dmas, 34U);
     EXPECT_LE(dmas, 65U);
