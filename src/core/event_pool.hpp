@@ -5,9 +5,10 @@
 // event costs microseconds, recording one a quarter of one.
 //
 // An event given back may still be pending, and a stream may still have a
-// wait on it queued. It is handed out again only once it has completed, so
-// that recording it anew can never release such a wait early (the emulated
-// backend counts records per event, not per stream).
+// wait on it queued. An emulated one is handed out again only once it has
+// completed, so that recording it anew can never release such a wait early
+// (the emulated backend counts records per event, not per stream); a CUDA one
+// at once, since CUDA ties each wait to the record it saw.
 
 #include <deque>
 #include <map>

@@ -210,19 +210,17 @@ void check_extent(const void* p, std::size_t bytes, const side& s, const char* w
 void check_stream(stream_view stream, const side& dst, const side& src) {
   const device_id sd = stream.device();
   check_device(sd);
-  std::vector<device_id> involved;
-  if (src.device) involved.push_back(*src.device);
-  if (dst.device) involved.push_back(*dst.device);
   if ((src.kind == memory_kind::managed || dst.kind == memory_kind::managed) && sd.kind() != device_kind::cuda) {
     SYNCMEM_FAIL(fmt::format("copy_async: managed memory needs a stream of a CUDA device, not {}", to_string(sd)));
   }
-  if (involved.empty()) return;  // host memory alone: any device's stream
-  if (std::find(involved.begin(), involved.end(), sd) != involved.end()) return;
+  if (!src.device && !dst.device) return;  // host memory alone: any device's stream
+  if (src.device == sd || dst.device == sd) return;
+  const device_id first = src.device ? *src.device : *dst.device;
   SYNCMEM_FAIL(fmt::format("copy_async: the stream belongs to {}, but the copy is from {} to {}; use a stream of {}",
                            to_string(sd), describe(src), describe(dst),
-                           involved.size() == 2 && involved[0] != involved[1]
-                               ? fmt::format("{} or {}", to_string(involved[0]), to_string(involved[1]))
-                               : to_string(involved[0])));
+                           src.device && dst.device && *src.device != *dst.device
+                               ? fmt::format("{} or {}", to_string(*src.device), to_string(*dst.device))
+                               : to_string(first)));
 }
 
 // ---- building blocks -----------------------------------------------------------------
@@ -605,11 +603,33 @@ transfer captured(void* dst, const side& to, const void* src, const side& from, 
   return detail::transfer_access::make(nullptr, peer ? copy_path::peer_dma : copy_path::dma);
 }
 
+// The path of a copy the backend makes by itself, one DMA on the stream
+// (between device, pinned and managed memory, or between peers); nullopt for
+// the copies that need the engine or a host thread.
+std::optional<copy_path> backend_copies_alone(const side& to, const side& from, const copy_options& o) {
+  const auto alone = [](const side& s) { return is_direct_kind(s.kind) || s.kind == memory_kind::managed; };
+  if (!alone(to) || !alone(from) || (is_host(to) && is_host(from))) return std::nullopt;
+  if (to.kind != memory_kind::device || from.kind != memory_kind::device || *to.device == *from.device) {
+    return copy_path::dma;
+  }
+  if (to.device->kind() == from.device->kind() && o.peer_access && peer_usable(*from.device, *to.device)) {
+    return copy_path::peer_dma;
+  }
+  return std::nullopt;
+}
+
 // The path for two classified sides (see the table in copy.hpp).
 transfer dispatch(void* dst, const side& to, const void* src, const side& from, std::size_t bytes, stream_view stream,
                   const copy_options& options, const detail::staging_thresholds& thresholds = {}) {
   auto* out = static_cast<std::byte*>(dst);
   const auto* in = static_cast<const std::byte*>(src);
+  if (const auto path = backend_copies_alone(to, from, options)) {
+    // The same copy whether or not the stream is being captured, so it goes
+    // first: the capture query then costs a small copy no latency.
+    enqueue_copy(dst, src, bytes, stream);
+    if (capturing(stream)) return detail::transfer_access::make(nullptr, *path);  // runs at the graph's launch
+    return detail::transfer_access::make(done_after(stream), *path);
+  }
   if (capturing(stream)) return captured(dst, to, src, from, bytes, stream, options);
   if (is_host(to) && is_host(from)) return host_to_host(dst, src, bytes, stream, options);
   if (to.kind == memory_kind::managed || from.kind == memory_kind::managed) {
@@ -801,7 +821,9 @@ transfer detail::copy_async_with(void* dst, const void* src, std::size_t bytes, 
   SYNCMEM_EXPECTS(
       d + bytes <= s || s + bytes <= d,
       fmt::format("copy_async: the destination [{}, +{}) and the source [{}, +{}) overlap", dst, bytes, src, bytes));
-  check_device(stream.device());
+  // Current for the whole copy: the guards of the steps below then read and
+  // switch nothing.
+  const device_guard guard{stream.device()};
   const device_kind backend = stream.device().kind();
   const side to = classify(dst, backend);
   const side from = classify(src, backend);
@@ -815,6 +837,7 @@ transfer detail::copy_async_with(void* dst, const void* src, std::size_t bytes, 
 transfer detail::copy_async_known(void* dst, memory_kind dst_kind, const void* src, memory_kind src_kind,
                                   std::size_t bytes, stream_view stream) {
   if (bytes == 0) return {};
+  const device_guard guard{stream.device()};  // current for the whole copy, as in copy_async_with
   const auto side_of = [&](memory_kind kind) {
     side s;
     s.kind = kind;

@@ -36,6 +36,7 @@ const driver_api& driver() noexcept {
     ok &= load(a.mem_set_access, "cuMemSetAccess", 10020);
     ok &= load(a.mem_get_allocation_granularity, "cuMemGetAllocationGranularity", 10020);
     ok &= load(a.pointer_get_attribute, "cuPointerGetAttribute", 4000);
+    ok &= load(a.pointer_get_attributes, "cuPointerGetAttributes", 7000);
     ok &= load(a.device_get_attribute, "cuDeviceGetAttribute", 2000);
     ok &= load(a.get_error_name, "cuGetErrorName", 6000);
     ok &= load(a.get_error_string, "cuGetErrorString", 6000);

@@ -21,6 +21,7 @@ struct driver_api {
   CUresult (*mem_get_allocation_granularity)(size_t*, const CUmemAllocationProp*,
                                              CUmemAllocationGranularity_flags) = nullptr;
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+  CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
   CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
