@@ -31,6 +31,7 @@
 #include "syncmem/mr/statistics_adaptor.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
+#include "transfer/copy_internal.hpp"
 
 using ::testing::HasSubstr;
 
@@ -303,6 +304,9 @@ TYPED_TEST(BatchCopy, StagingFailureCopiesNothing) {
 }
 
 // More pageable bytes than one staging block holds: the batch goes in rounds.
+// The first, larger than staging_thresholds::ordinary_stores_above, gathers
+// its middle with ordinary stores and demotes its last ranges; the second,
+// smaller, streams them all.
 TYPED_TEST(BatchCopy, MoreThanOneStagingBlock) {
   stream s{this->dev()};
   const std::size_t piece = (std::size_t{1} << 20) + 13, pieces = max_batch_staging / piece + 6;
@@ -316,7 +320,9 @@ TYPED_TEST(BatchCopy, MoreThanOneStagingBlock) {
     up.push_back({dev.data() + j * piece, host.data() + i * piece, piece});
     down.push_back({back.data() + i * piece, dev.data() + j * piece, piece});
   }
+  const auto ordinary_before = detail::ordinary_store_upload_count();
   copy(up, s);
+  EXPECT_EQ(detail::ordinary_store_upload_count() - ordinary_before, 1U);
   copy(down, s);
   EXPECT_EQ(back.read(), source);
 }

@@ -320,6 +320,11 @@ class batch_block {
 // 64 KiB no faster, of 256 KiB slower (the DMAs wait for the host threads).
 constexpr std::size_t scatter_max_copy = std::size_t{16} << 10;
 
+// A large round of uploads gathers its first this many bytes with streaming
+// stores and its last this many demoted, its middle with ordinary stores.
+constexpr std::size_t streaming_head_bytes = std::size_t{6} << 20;
+constexpr std::size_t demoted_tail_bytes = std::size_t{12} << 20;
+
 // Whether a group of uploads goes up through the device scratch: two or more,
 // all of them scatterable.
 bool scattered(std::span<const staged> group, const std::byte* scratch) {
@@ -398,6 +403,20 @@ void run_round(batch_runner& runner, std::byte* block, std::byte* scratch, const
     host_copy_pool::instance().wake(threads);
     host_copy_pool::job job{
         host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, nullptr, chunks, threads};
+    if (total > detail::staging_thresholds{}.ordinary_stores_above) {
+      // As a large single upload does (staged_to_device): streaming stores
+      // fill memory beside the DMAs reading the ranges gathered before, and
+      // slow them. The first ranges stream (the link waits for them), the
+      // middle ones get ordinary stores, the last are demoted.
+      std::size_t from = 0;
+      for (std::size_t head = 0; from < chunks.size() && head < streaming_head_bytes; ++from) {
+        head += chunks[from].bytes;
+      }
+      std::size_t to = chunks.size();
+      for (std::size_t tail = 0; to > from && tail < demoted_tail_bytes; --to) tail += chunks[to - 1].bytes;
+      job.set_stores(from, to);
+      detail::note_ordinary_store_upload();
+    }
     for (std::size_t i = 0; i < up.size(); ++i) job.open(i, block + up[i].at, nullptr, up[i].user);
     const std::size_t base = up.front().at - up.front().skew();  // the scratch's first byte stands for it
     submission scatter;

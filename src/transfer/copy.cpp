@@ -711,6 +711,9 @@ std::uint64_t detail::staged_upload_dma_count() noexcept { return staged_upload_
 std::uint64_t detail::ordinary_store_upload_count() noexcept {
   return staged_uploads_with_ordinary_stores.load(std::memory_order_relaxed);
 }
+void detail::note_ordinary_store_upload() noexcept {
+  staged_uploads_with_ordinary_stores.fetch_add(1, std::memory_order_relaxed);
+}
 std::uint64_t detail::demoting_download_count() noexcept {
   return staged_downloads_demoting.load(std::memory_order_relaxed);
 }

@@ -135,9 +135,11 @@ inline constexpr std::size_t more_threads_for_uploads_up_to = std::size_t{4} << 
 // once (for tests).
 [[nodiscard]] std::uint64_t staged_upload_dma_count() noexcept;
 
-// Staged uploads that wrote their staging with ordinary stores
-// (staging_thresholds::ordinary_stores_above), in this process (for tests).
+// Staged uploads, and rounds of batched uploads, that wrote their staging
+// with ordinary stores (staging_thresholds::ordinary_stores_above), in this
+// process (for tests); a batch counts its rounds with note_ordinary_store_upload.
 [[nodiscard]] std::uint64_t ordinary_store_upload_count() noexcept;
+void note_ordinary_store_upload() noexcept;
 
 // Staged downloads that demoted their staging lines
 // (staging_thresholds::demote_downloads_up_to), in this process (for tests).
