@@ -43,6 +43,38 @@ std::string without_settings(const std::string& listed) {
   }
 }
 
+// The --filter regex as Google Benchmark applies it: to the names with the
+// settings it appends, which --list and the tables leave out, so each end
+// anchor `$` (outside brackets, unescaped) may follow such settings.
+std::string benchmark_spec(const std::string& filter) {
+  if (filter.empty()) return ".";
+  static constexpr std::string_view settings =
+      "(/(min_time|min_warmup_time|iterations|repeats|threads|real_time|manual_time|process_time)[^/]*)*";
+  std::string spec;
+  bool escaped = false;
+  std::size_t bracket_from = std::string::npos;  // where the open bracket expression's members begin
+  for (std::size_t i = 0; i < filter.size(); ++i) {
+    const char c = filter[i];
+    if (escaped) {
+      escaped = false;
+    } else if (c == '\\') {
+      escaped = true;
+    } else if (bracket_from != std::string::npos) {
+      if (c == '^' && i == bracket_from) {
+        ++bracket_from;  // "[^]...]": the ']' right after is a member too
+      } else if (c == ']' && i != bracket_from) {
+        bracket_from = std::string::npos;
+      }
+    } else if (c == '[') {
+      bracket_from = i + 1;
+    } else if (c == '$') {
+      spec += settings;
+    }
+    spec += c;
+  }
+  return spec;
+}
+
 // "40 s", "3 min".
 std::string format_duration(double seconds) {
   if (seconds < 90) return fmt::format("{:.0f} s", std::max(seconds, 1.0));
@@ -268,7 +300,7 @@ std::vector<std::string> list_benchmarks(const bench_request& request) {
   set_flags(o, true);
   listing_reporter listing;
   const std::string spec = request.filter.empty() ? std::string{"."} : request.filter;
-  const std::size_t count = benchmark::RunSpecifiedBenchmarks(&listing, spec);
+  const std::size_t count = benchmark::RunSpecifiedBenchmarks(&listing, benchmark_spec(request.filter));
   if (count == 0) {
     std::string why = listing.errors();
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
@@ -314,7 +346,7 @@ bench_results run_benchmarks(const bench_request& request,
     // benchmark's rounds are spread over the whole session, and the methods
     // of one case stay side by side in each round.
     for (int round = 1; round <= request.rounds; ++round) {
-      benchmark::RunSpecifiedBenchmarks(&progress, results.filter);
+      benchmark::RunSpecifiedBenchmarks(&progress, benchmark_spec(request.filter));
       if (after_round && round < request.rounds) {
         bench_results so_far = results;
         so_far.rounds = round;
