@@ -511,8 +511,8 @@ class backend_impl final : public backend {
     const relaxed_capture_mode relaxed;  // the engine classifies pointers while a stream is being captured
     const auto& api = driver();
     if (!api.loaded) return runtime_pointer_info(p);
-    // One driver call for all five (the runtime's cudaPointerGetAttributes
-    // and two range queries cost three times as much, on every copy).
+    // One driver call for all five, on every copy (it took three: the
+    // runtime's cudaPointerGetAttributes and two range queries).
     CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                                    CU_POINTER_ATTRIBUTE_RANGE_SIZE};
