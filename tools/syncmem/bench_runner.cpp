@@ -26,11 +26,13 @@ namespace {
 
 using report_run = benchmark::BenchmarkReporter::Run;
 
-// A listed name without the parts Google Benchmark appends ("/min_time:0.010",
-// "/real_time", "/threads:8", ...), as the runs are named.
+// The parts Google Benchmark appends to a listed name ("/min_time:0.010",
+// "/real_time", "/threads:8", ...), which the runs' names leave out.
+constexpr std::string_view settings[] = {
+    "min_time:", "min_warmup_time:", "iterations:", "repeats:", "threads:", "real_time", "manual_time", "process_time"};
+
+// A listed name without those parts, as the runs are named.
 std::string without_settings(const std::string& listed) {
-  static constexpr std::string_view settings[] = {"min_time:", "min_warmup_time:", "iterations:", "repeats:",
-                                                  "threads:",  "real_time",        "manual_time", "process_time"};
   std::string name = listed;
   for (;;) {
     const auto slash = name.rfind('/');
@@ -48,8 +50,14 @@ std::string without_settings(const std::string& listed) {
 // anchor `$` (outside brackets, unescaped) may follow such settings.
 std::string benchmark_spec(const std::string& filter) {
   if (filter.empty()) return ".";
-  static constexpr std::string_view settings =
-      "(/(min_time|min_warmup_time|iterations|repeats|threads|real_time|manual_time|process_time)[^/]*)*";
+  static const std::string any_settings = [] {
+    std::string alternatives;
+    for (const std::string_view s : settings) {
+      if (!alternatives.empty()) alternatives += '|';
+      alternatives += s;
+    }
+    return "(/(" + alternatives + ")[^/]*)*";
+  }();
   std::string spec;
   bool escaped = false;
   std::size_t bracket_from = std::string::npos;  // where the open bracket expression's members begin
@@ -68,7 +76,7 @@ std::string benchmark_spec(const std::string& filter) {
     } else if (c == '[') {
       bracket_from = i + 1;
     } else if (c == '$') {
-      spec += settings;
+      spec += any_settings;
     }
     spec += c;
   }
