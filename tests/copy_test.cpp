@@ -483,6 +483,22 @@ TYPED_TEST(Copy, StagedCopiesAroundEverySwitchDeliverEveryByteInOrder) {
   EXPECT_EQ(staging_resource(this->kind).statistics().bytes_in_use, 0U);
 }
 
+// One staging buffer: every chunk reuses it, so each must wait for the DMA of
+// the chunk before it (an upload's host copy for the DMA that read it, a
+// download's copy-out for the DMA that filled it).
+TYPED_TEST(Copy, OneStagingBufferWaitsForEveryChunk) {
+  scoped_emulated_delay delay{std::chrono::microseconds{200}};
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = o.max_chunk = 16 * KiB;
+  o.staging_buffers = 1;
+  for (const std::size_t n : {16 * KiB + 1, 200 * KiB + rng()() % (16 * KiB)}) {
+    this->check_copy(mem::pageable, mem::device, n, o, true);
+    this->check_copy(mem::device, mem::pageable, n, o, true);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST(CopyTransfer, DefaultAndMovedFromAreComplete) {
   transfer t;
   EXPECT_TRUE(t.ready());

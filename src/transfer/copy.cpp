@@ -322,6 +322,12 @@ class event_slots {
   bool completed_ = false;
 };
 
+// The event slots that gate the host threads' chunks through `buffers`
+// buffers: at least two, because the job lets a chunk behind the same gate as
+// the chunk before it skip the wait, so that with one buffer a slot recorded
+// again for the next chunk would let that chunk through before its DMA.
+std::size_t gate_slots(std::size_t buffers) { return std::max<std::size_t>(buffers, 2); }
+
 // ---- the paths --------------------------------------------------------------------------
 
 std::atomic<std::uint64_t> staged_upload_dmas{0};                   // see detail::staged_upload_dma_count
@@ -399,7 +405,8 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   const auto chunks = detail::plan_chunks(bytes, o, detail::chunk_growth::by_half, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   std::optional<staging_ring> ring{std::in_place, o, count, largest, s};
-  event_slots sent{count};
+  const std::size_t slots = gate_slots(count);
+  event_slots sent{slots};
   {
     host_copy_pool::job job{
         host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src, chunks, threads};
@@ -437,11 +444,11 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
           job.set_helpers(std::max(1, job.helpers() - 1));  // two DMAs still queued: one thread fewer
         }
       }
-      previous = {k, previous[0]};
+      previous = {i % slots, previous[0]};
       ++dmas;
       for (std::size_t j = i; j < end; ++j) {  // each buffer the DMA read: its event, then its next chunk
-        if (pace || j + count < chunks.size()) sent.record(j % count, s);
-        if (j + count < chunks.size()) job.open(j + count, (*ring)[j % count], &sent[j % count]);
+        if (pace || j + count < chunks.size()) sent.record(j % slots, s);
+        if (j + count < chunks.size()) job.open(j + count, (*ring)[j % count], &sent[j % slots]);
       }
       i = end;
     }
@@ -481,10 +488,11 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
   const bool second = !demoting && (download_ring_turn.fetch_xor(1U, std::memory_order_relaxed) & 1U) != 0;
   const std::size_t first = second ? count : 0;
   const auto buffer = [&](std::size_t i) { return ring[first + i % count]; };
-  event_slots landed{count};
+  const std::size_t slots = gate_slots(count);
+  event_slots landed{slots};
   const auto enqueue = [&](std::size_t i) {
     enqueue_copy(buffer(i), src + chunks[i].offset, chunks[i].bytes, s);
-    landed.record(i % count, s);
+    landed.record(i % slots, s);
   };
   for (std::size_t i = 0; i < count; ++i) enqueue(i);
   const int threads = detail::download_threads(bytes, o, t);
@@ -503,7 +511,7 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
       job.finish(i);  // its threads waited for the chunk's DMA
       if (i + count < chunks.size()) {
         enqueue(i + count);  // into the buffer chunk i just left
-        job.open(i + count, buffer(i + count), &landed[i % count]);
+        job.open(i + count, buffer(i + count), &landed[(i + count) % slots]);
       }
     }
   }
