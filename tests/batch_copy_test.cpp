@@ -2,7 +2,8 @@
 // The batched copy: every kind of memory in one batch, every byte with fresh
 // random data, odd sizes, ranges end to end, overlapping ranges refused,
 // zero-length entries, staging that runs out in the middle (nothing copied),
-// rounds through the staging, small uploads through device scratch (and
+// rounds of downloads through the staging, uploads through a ring of staging
+// buffers smaller than the batch, small uploads through device scratch (and
 // without it when the device is out of memory), ordering on the stream,
 // emulated delays.
 #include "syncmem/batch_copy.hpp"
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -303,10 +305,10 @@ TYPED_TEST(BatchCopy, StagingFailureCopiesNothing) {
   EXPECT_GT(failing.failures(), 0U);
 }
 
-// More pageable bytes than one staging block holds: the batch goes in rounds.
-// The first, larger than staging_thresholds::ordinary_stores_above, gathers
-// its middle with ordinary stores and demotes its last ranges; the second,
-// smaller, streams them all.
+// More pageable bytes than one staging block holds: the downloads go through
+// it in rounds, the uploads through the ring of staging buffers in one pass,
+// which, larger than staging_thresholds::ordinary_stores_above, gathers its
+// middle with ordinary stores and demotes its last ranges (counted once).
 TYPED_TEST(BatchCopy, MoreThanOneStagingBlock) {
   stream s{this->dev()};
   const std::size_t piece = (std::size_t{1} << 20) + 13, pieces = max_batch_staging / piece + 6;
@@ -328,7 +330,7 @@ TYPED_TEST(BatchCopy, MoreThanOneStagingBlock) {
 }
 
 // Small uploads from pageable memory (up to 16 KiB), at every offset modulo
-// 16 on both sides and in more than one round: they go up a group per DMA
+// 16 on both sides and more than the scratch holds: they go up a group per DMA
 // into device scratch memory (one allocation from the device's resource,
 // given back) and the copy kernel scatters them, every byte in place; larger
 // ones, small ones that are less than half the bytes, or any with the kernel
@@ -390,10 +392,11 @@ TYPED_TEST(BatchCopy, SmallUploadsGoUpThroughDeviceScratchEveryByte) {
   const copy_options o = get_copy_options();
   c.upload_and_check(300, 16 << 10, o);
   EXPECT_EQ(c.statistics().allocations.total, 1) << "the scratch";
-  // More than one staging block of them: one scratch for all the rounds.
+  // More than the scratch holds (max_batch_staging): one scratch, used again
+  // once the kernels that read it have been submitted.
   c.upload_and_check(max_batch_staging / (12 << 10) + 20, 16 << 10, o);
   synchronize_device(this->dev());
-  EXPECT_EQ(c.statistics().allocations.total, 2) << "one scratch for all the rounds";
+  EXPECT_EQ(c.statistics().allocations.total, 2) << "one scratch for the batch";
   EXPECT_EQ(c.statistics().allocations.current, 0) << "the scratch is given back";
 
   // Larger uploads, small ones that are less than half the bytes uploaded, or
@@ -414,6 +417,94 @@ TYPED_TEST(BatchCopy, SmallUploadsWithoutDeviceScratchGoOneDmaEach) {
   c.failing().set_predicate(mr::failure_adaptor::always());
   c.upload_and_check(300, 16 << 10, get_copy_options());
   EXPECT_EQ(c.failing().failures(), 1U) << "the scratch was asked for once";
+}
+
+// Uploads of a batch through a ring of staging buffers smaller than the batch:
+// many more groups than copy_options::staging_buffers (small chunks), rings of
+// one buffer and more, small ranges (up through the device scratch where they
+// are most of the bytes, one DMA each where they are not) mixed with larger
+// ones cut into several groups, odd sizes at every offset modulo 16 on both
+// sides, every byte with fresh random data. The ring takes no more pinned memory than its buffers of max_chunk
+// bytes (and a cache line). Emulated devices delay their operations, so that
+// the host threads come back to a buffer while the DMA reading it may still
+// be queued.
+TYPED_TEST(BatchCopy, UploadsThroughARingSmallerThanTheBatchEveryByte) {
+  std::optional<scoped_emulated_delay> delay;
+  if (!this->is_cuda()) delay.emplace(std::chrono::microseconds{100});
+  scratch_case scratch{this->dev()};
+  stream s{this->dev()};
+  const std::size_t pieces = 160, largest = 150 << 10, stride = largest + 32;
+  region host{mem::pageable, this->dev(), pieces * stride}, dev{mem::device, this->dev(), pieces * stride};
+  for (const int buffers : {1, 2, 3, 8}) {
+    for (const std::size_t large_every : {std::size_t{4}, std::size_t{40}}) {
+      mr::pinned_resource pinned{this->kind};
+      mr::statistics_adaptor counted{pinned};
+      mr::caching_pinned_resource staging{counted};
+      copy_options o = get_copy_options();
+      o.staging = &staging;
+      o.staging_buffers = buffers;
+      o.min_chunk = 4 << 10;
+      o.max_chunk = 40 << 10;
+      const bytes_t source = random_bytes(pieces * stride);
+      bytes_t expected = random_bytes(pieces * stride);
+      host.write(source);
+      dev.write(expected);
+      std::vector<std::size_t> slots(pieces);
+      for (std::size_t i = 0; i < pieces; ++i) slots[i] = i;
+      std::shuffle(slots.begin(), slots.end(), rng());  // no two copies end to end on both sides
+      std::vector<copy_request> requests;
+      for (std::size_t i = 0; i < pieces; ++i) {
+        const bool large = i % large_every == large_every / 2;
+        const std::size_t n = large ? (16 << 10) + 1 + rng()() % (largest - (16 << 10) - 16) : 1 + rng()() % (16 << 10);
+        const std::size_t src_at = i * stride + rng()() % 16;
+        const std::size_t dst_at = slots[i] * stride + rng()() % 16;
+        requests.push_back({dev.data() + dst_at, host.data() + src_at, n});
+        std::memcpy(expected.data() + dst_at, source.data() + src_at, n);
+      }
+      const auto scratches_before = scratch.statistics().allocations.total;
+      copy(requests, s, o);
+      SCOPED_TRACE(::testing::Message() << buffers << " buffers, one large range in " << large_every);
+      EXPECT_EQ(dev.read(), expected);
+      EXPECT_EQ(scratch.statistics().allocations.total, scratches_before + (large_every == 40 ? 1 : 0))
+          << "the scratch, taken where the small ranges are most of the bytes";
+      const auto ring = static_cast<std::size_t>(buffers) * (o.max_chunk + 64);
+      EXPECT_LE(static_cast<std::size_t>(counted.statistics().bytes.peak),
+                mr::caching_pinned_resource::block_size(ring));
+    }
+  }
+}
+
+// (a) through the ring: uploads of more groups than buffers, enqueued while
+// the stream is held before work that changes every byte of their
+// destination's allocation, land after that work: the bytes between them
+// show the work, theirs show their sources.
+TYPED_TEST(BatchCopy, UploadsThroughTheRingFollowHeldWork) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  stream s{this->dev()};
+  copy_options o = get_copy_options();
+  o.staging_buffers = 2;
+  o.min_chunk = 4 << 10;
+  o.max_chunk = 16 << 10;
+  const std::size_t pieces = 40, piece = 9007, stride = piece + 100;
+  region host{mem::pageable, this->dev(), pieces * stride}, dev{mem::device, this->dev(), pieces * stride};
+  const bytes_t source = random_bytes(pieces * stride), before = random_bytes(pieces * stride);
+  host.write(source);
+  dev.write(before);
+  bytes_t expected = before;
+  for (auto& b : expected) b = static_cast<std::uint8_t>(b + 1);
+  std::vector<copy_request> requests;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const std::size_t j = (i * 7) % pieces;  // not end to end
+    requests.push_back({dev.data() + j * stride, host.data() + i * stride, piece});
+    std::memcpy(expected.data() + j * stride, source.data() + i * stride, piece);
+  }
+  stream_latch hold{s};
+  device_add_bytes(s, dev.data(), pieces * stride, 1);
+  while_held(hold, [&] {
+    copy(requests, s, o);
+    return 0;
+  });
+  EXPECT_EQ(dev.read(), expected);
 }
 
 // (a): the batch reads after the work enqueued before it, and a download to

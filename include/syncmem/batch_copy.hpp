@@ -19,16 +19,18 @@
 ///   instead, a launch per few hundred copies, on the device's SMs: a DMA
 ///   each costs more than its bytes below a few hundred KiB;
 /// - copies from pageable memory are gathered by the engine's host threads
-///   into one block of pinned staging and go up from there (those of at most
-///   16 KiB to the stream's device, a group in one DMA into device scratch
-///   memory taken from the device's resource, then scattered by the copy
-///   kernel, where they are at least half the bytes uploaded and
-///   batch_kernel_max_copy is not 0); copies to pageable
-///   memory come down into the block and are scattered from it; both in
-///   groups that grow from copy_options::min_chunk to max_chunk, so that the
-///   host threads and the DMAs overlap, each group one submission. The block
-///   holds at most max_batch_staging bytes; a batch that stages more reuses
-///   it in rounds;
+///   into a ring of copy_options::staging_buffers pinned buffers of up to
+///   max_chunk bytes, a group per buffer, each buffer gathered again once its
+///   last group's DMA has read it, as a large single copy_async upload is
+///   (those of at most 16 KiB to the stream's device go a group in one DMA
+///   into device scratch memory taken from the device's resource, then
+///   scattered by the copy kernel, where they are at least half the bytes
+///   uploaded and batch_kernel_max_copy is not 0); copies to pageable memory
+///   come down into one block of pinned staging and are scattered from it;
+///   both in groups that grow from copy_options::min_chunk to max_chunk, so
+///   that the host threads and the DMAs overlap, each group one submission.
+///   The block holds at most max_batch_staging bytes; a batch that downloads
+///   more reuses it in rounds;
 /// - copies that lie end to end on both sides (each one starting where the one
 ///   before it in the list ended, within one allocation) become one copy;
 /// - host to host copies are made by the host threads; copies between two
@@ -86,8 +88,10 @@ struct copy_request {
   std::size_t bytes = 0;
 };
 
-/// @brief The most pinned staging one batch takes for its copies to and from
-/// pageable memory; a batch that stages more reuses it in rounds.
+/// @brief The most pinned staging one batch takes for its copies to pageable
+/// memory; a batch that downloads more reuses it in rounds. Its copies from
+/// pageable memory take a ring of copy_options::staging_buffers buffers of up
+/// to max_chunk bytes (and a cache line) besides.
 inline constexpr std::size_t max_batch_staging = std::size_t{64} << 20;
 
 /// @brief Copies every request in order on `stream`, with as few submissions

@@ -162,9 +162,10 @@ void check_overlaps(std::span<const copy_request> copies) {
 constexpr std::size_t slot_alignment = 64;
 std::size_t aligned(std::size_t n) { return (n + slot_alignment - 1) / slot_alignment * slot_alignment; }
 
-// A range through the staging: `at` is its offset in the block. An upload
-// that may be scattered (below) sits at the offset modulo 16 of its
-// destination, which the copy kernel needs of its two sides.
+// A range through the staging: `at` is its offset in the block (downloads)
+// or in its group's buffer of the ring (uploads). An upload that may be
+// scattered (below) sits at the offset modulo 16 of its destination, which
+// the copy kernel needs of its two sides.
 struct staged {
   std::byte* user;         // the pageable side
   std::byte* device_side;  // the other side (the device or pinned memory)
@@ -258,7 +259,7 @@ class batch_runner {
   bool dma_ = false;
 };
 
-// Events recorded after groups of a round, given back however the batch ends.
+// Events recorded after groups of staged ranges, given back however the batch ends.
 class group_events {
  public:
   ~group_events() {
@@ -305,6 +306,7 @@ class batch_block {
   batch_block(const batch_block&) = delete;
   batch_block& operator=(const batch_block&) = delete;
   [[nodiscard]] std::byte* get() const noexcept { return p_; }
+  [[nodiscard]] std::size_t size() const noexcept { return p_ != nullptr ? bytes_ : 0; }
 
  private:
   mr::memory_resource& resource_;
@@ -320,16 +322,20 @@ class batch_block {
 // 64 KiB no faster, of 256 KiB slower (the DMAs wait for the host threads).
 constexpr std::size_t scatter_max_copy = std::size_t{16} << 10;
 
-// A large round of uploads gathers its first this many bytes with streaming
+// The device scratch a batch takes at most, as much as one staging block
+// holds: groups beyond it reuse it once the kernels that read it are
+// submitted, which run before the DMAs that overwrite it (stream order).
+constexpr std::size_t max_scratch = max_batch_staging;
+
+// A large batch of uploads gathers its first this many bytes with streaming
 // stores and its last this many demoted, its middle with ordinary stores.
 constexpr std::size_t streaming_head_bytes = std::size_t{6} << 20;
 constexpr std::size_t demoted_tail_bytes = std::size_t{12} << 20;
 
-// Whether a group of uploads goes up through the device scratch: two or more,
-// all of them scatterable.
-bool scattered(std::span<const staged> group, const std::byte* scratch) {
-  return scratch != nullptr && group.size() >= 2 &&
-         std::all_of(group.begin(), group.end(), [](const staged& r) { return r.scatterable; });
+// Whether a group of uploads goes up through the device scratch (when there
+// is one): two or more, all of them scatterable.
+bool scattered(std::span<const staged> group) {
+  return group.size() >= 2 && std::all_of(group.begin(), group.end(), [](const staged& r) { return r.scatterable; });
 }
 
 // Groups of consecutive staged ranges, growing from min_chunk to max_chunk
@@ -349,117 +355,229 @@ std::vector<std::size_t> group_ends(const std::vector<staged>& ranges, const cop
   return ends;
 }
 
-// One round through the staging block: downloads come down group by group
-// (an event after each), the direct copies go with them, uploads are
-// gathered by the host threads and go up group by group as each is complete
-// (a group of small ones in one DMA into `scratch`, at its offsets from the
-// round's first upload, then scattered by the copy kernel), then the
-// downloads are scattered as their groups land.
-void run_round(batch_runner& runner, std::byte* block, std::byte* scratch, const std::vector<staged>& down,
-               const std::vector<staged>& up, std::span<const entry> direct, stream_view s, const copy_options& o) {
-  submission next;
+// The uploads of a batch laid out for a ring of `buffers` pinned buffers of
+// `buffer_bytes` each: group g goes through buffer g % buffers, each of its
+// ranges at `at` in that buffer (the first at its skew).
+struct upload_plan {
+  std::vector<staged> ranges;
+  std::vector<std::size_t> ends;  // one past each group's last range
+  std::size_t buffer_bytes = 0;   // the slots of the largest group
+  std::size_t buffers = 0;
+  std::size_t scattered_bytes = 0;  // the device scratch that every scattered group takes, side by side
+
+  [[nodiscard]] std::size_t groups() const noexcept { return ends.size(); }
+  [[nodiscard]] std::size_t first(std::size_t g) const noexcept { return g == 0 ? 0 : ends[g - 1]; }
+  [[nodiscard]] std::span<const staged> group(std::size_t g) const noexcept {
+    return {ranges.data() + first(g), ends[g] - first(g)};
+  }
+};
+
+// The device scratch a scattered group takes: from its buffer's start to its
+// last byte, in whole cache lines, so that the next group's ranges keep their
+// offsets modulo 16 there too.
+std::size_t scratch_span(std::span<const staged> group) { return aligned(group.back().at + group.back().bytes); }
+
+// Groups as group_ends makes them, also cut where the next range would not
+// fit one buffer of aligned(max_chunk + 15) bytes, which holds any range
+// alone (add_staged cut them to max_chunk; a skew adds at most 15 bytes).
+upload_plan plan_uploads(std::vector<staged> up, const copy_options& o) {
+  upload_plan p;
+  p.ranges = std::move(up);
+  const std::size_t most = aligned(o.max_chunk + 15);
+  std::size_t limit = o.min_chunk;
+  std::size_t in_group = 0;
+  std::size_t used = 0;  // the group's slots so far
+  const auto close = [&](std::size_t end) {
+    p.ends.push_back(end);
+    p.buffer_bytes = std::max(p.buffer_bytes, used);
+    in_group = 0;
+    used = 0;
+    limit = limit > o.max_chunk / 2 ? o.max_chunk : limit * 2;
+  };
+  for (std::size_t i = 0; i < p.ranges.size(); ++i) {
+    staged& r = p.ranges[i];
+    if (used + r.slot() > most) close(i);
+    r.at = used + r.skew();
+    used += r.slot();
+    in_group += r.bytes;
+    if (in_group >= limit || i + 1 == p.ranges.size()) close(i + 1);
+  }
+  p.buffers = std::min(static_cast<std::size_t>(o.staging_buffers), p.groups());
+  for (std::size_t g = 0; g < p.groups(); ++g) {
+    if (scattered(p.group(g))) p.scattered_bytes += scratch_span(p.group(g));
+  }
+  return p;
+}
+
+// The next submission of a batch, built range by range and then flushed.
+class submitter {
+ public:
+  submitter(batch_runner& runner, stream_view s, const copy_options& o) : runner_{runner}, s_{s}, o_{o} {}
+
   // Staged copies stay with the DMA engines: they move groups of up to
   // max_chunk through the staging, where the kernel was slower (bench batch/).
-  const auto add = [&](void* d, const void* from, std::size_t n, bool both_addressable) {
-    next.add(d, from, n, by_kernel(d, from, n, both_addressable, o));
-  };
-  const auto add_direct = [&](const entry& e) {
-    add(e.dst, e.src, e.bytes, addressable(e.to, s.device()) && addressable(e.from, s.device()));
-  };
-  const auto flush = [&] {
-    runner.submit(next);
-    next.clear();
-  };
-  group_events landed;
-  const auto down_ends = group_ends(down, o);
-  landed.reserve(down_ends.size());
+  void add_staged(void* d, const void* from, std::size_t n) { next_.add(d, from, n, false); }
+  void add_direct(const entry& e) {
+    const bool both_addressable = addressable(e.to, s_.device()) && addressable(e.from, s_.device());
+    next_.add(e.dst, e.src, e.bytes, by_kernel(e.dst, e.src, e.bytes, both_addressable, o_));
+  }
+  void flush() {
+    runner_.submit(next_);
+    next_.clear();
+  }
+  [[nodiscard]] batch_runner& runner() noexcept { return runner_; }
+
+ private:
+  batch_runner& runner_;
+  stream_view s_;
+  const copy_options& o_;
+  submission next_;
+};
+
+// Downloads of one round come down into the block group by group, an event
+// after each; the direct copies go in the first submission (alone when there
+// are no downloads). Returns the event each range waits for.
+std::vector<const event*> send_downloads(submitter& out, std::byte* block, const std::vector<staged>& down,
+                                         std::span<const entry> direct, group_events& landed, stream_view s,
+                                         const copy_options& o) {
   std::vector<const event*> gate_of(down.size(), nullptr);
+  const auto ends = group_ends(down, o);
+  landed.reserve(ends.size());
   std::size_t begin = 0;
-  for (const std::size_t end : down_ends) {
-    for (std::size_t i = begin; i < end; ++i) {
-      add(block + down[i].at, down[i].device_side, down[i].bytes, false);
-    }
+  for (const std::size_t end : ends) {
+    for (std::size_t i = begin; i < end; ++i) out.add_staged(block + down[i].at, down[i].device_side, down[i].bytes);
     if (begin == 0) {
-      for (const entry& e : direct) add_direct(e);  // in the first submission
+      for (const entry& e : direct) out.add_direct(e);
     }
-    flush();
+    out.flush();
     const event* gate = landed.record(s);
-    for (std::size_t i = begin; i < end; ++i) gate_of[i] = gate;
+    std::fill(gate_of.begin() + static_cast<std::ptrdiff_t>(begin), gate_of.begin() + static_cast<std::ptrdiff_t>(end),
+              gate);
     begin = end;
   }
   if (down.empty()) {
-    for (const entry& e : direct) add_direct(e);
-    flush();
+    for (const entry& e : direct) out.add_direct(e);
+    out.flush();
   }
-  if (!up.empty()) {
-    std::vector<host_copy_pool::job::chunk> chunks;
-    chunks.reserve(up.size());
-    std::size_t total = 0;
-    for (const staged& r : up) {
-      chunks.push_back({r.at, r.bytes});
-      total += r.bytes;
+  return gate_of;
+}
+
+// The host threads scatter a round's downloads out of the block as their groups land.
+void copy_out_downloads(std::byte* block, const std::vector<staged>& down, const std::vector<const event*>& gate_of,
+                        const copy_options& o) {
+  if (down.empty()) return;
+  std::vector<host_copy_pool::job::chunk> chunks;
+  chunks.reserve(down.size());
+  std::size_t total = 0;
+  for (const staged& r : down) {
+    chunks.push_back({r.at, r.bytes});
+    total += r.bytes;
+  }
+  const int threads = detail::download_threads(total, o);
+  host_copy_pool::job job{
+      host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, nullptr, nullptr, chunks, threads};
+  for (std::size_t i = 0; i < down.size(); ++i) job.open(i, block + down[i].at, gate_of[i], down[i].user);
+  for (std::size_t i = 0; i < down.size(); ++i) job.finish(i);
+}
+
+// A large batch of uploads writes its staging as a large single upload does
+// (staged_to_device): streaming stores fill memory beside the DMAs reading
+// the ranges gathered before, and slow them. The first ranges stream (the
+// link waits for them), the middle ones get ordinary stores, the last are
+// demoted.
+void set_upload_stores(host_copy_pool::job& job, const std::vector<host_copy_pool::job::chunk>& chunks) {
+  std::size_t from = 0;
+  for (std::size_t head = 0; from < chunks.size() && head < streaming_head_bytes; ++from) head += chunks[from].bytes;
+  std::size_t to = chunks.size();
+  for (std::size_t tail = 0; to > from && tail < demoted_tail_bytes; --to) tail += chunks[to - 1].bytes;
+  job.set_stores(from, to);
+  detail::note_ordinary_store_upload();
+}
+
+// Uploads go through a ring of pinned buffers, as a large single upload does
+// (staged_to_device), so that the few buffers reused stay in the host's
+// caches: the host threads gather group g into buffer g % count once the DMA
+// of group g - count has read it (each group's ranges open behind that
+// group's event), and each group goes up as soon as it is gathered. A group
+// of small ones goes in one DMA into the device scratch, at a running offset
+// that starts over (after the kernels that read the scratch are submitted)
+// where the next group would not fit; the copy kernel scatters them after the
+// last DMA, so that the kernels hold up no DMA behind them on the stream.
+//
+// One event per group rather than per buffer: the job lets consecutive
+// ranges behind one event wait for it once, so that an event recorded again
+// (a ring of one buffer) would let the next group's ranges skip their wait.
+//
+// Pacing, as in staged_to_device: host copies running far ahead of the link
+// slow its DMAs, so the job drops one thread each time a group goes up while
+// the two before it are still queued, and takes all of them back as soon as
+// the link is about to run dry.
+void send_uploads(submitter& out, const upload_plan& p, std::byte* ring, const batch_block& scratch, stream_view s,
+                  const copy_options& o) {
+  if (p.ranges.empty()) return;
+  std::vector<host_copy_pool::job::chunk> chunks;
+  chunks.reserve(p.ranges.size());
+  std::size_t total = 0;
+  for (const staged& r : p.ranges) {
+    chunks.push_back({total, r.bytes});
+    total += r.bytes;
+  }
+  const int threads = detail::upload_threads(total, o);
+  host_copy_pool::instance().wake(threads);
+  host_copy_pool::job job{
+      host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, nullptr, chunks, threads};
+  const bool ordinary = total > detail::staging_thresholds{}.ordinary_stores_above;
+  if (ordinary) set_upload_stores(job, chunks);
+  const std::size_t count = p.buffers;
+  const auto buffer = [&](std::size_t g) { return ring + g % count * p.buffer_bytes; };
+  const auto open = [&](std::size_t g, const event* gate) {
+    for (std::size_t i = p.first(g); i < p.ends[g]; ++i) {
+      job.open(i, buffer(g) + p.ranges[i].at, gate, p.ranges[i].user);
     }
-    const int threads = detail::upload_threads(total, o);
-    host_copy_pool::instance().wake(threads);
-    host_copy_pool::job job{
-        host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, nullptr, chunks, threads};
-    if (total > detail::staging_thresholds{}.ordinary_stores_above) {
-      // As a large single upload does (staged_to_device): streaming stores
-      // fill memory beside the DMAs reading the ranges gathered before, and
-      // slow them. The first ranges stream (the link waits for them), the
-      // middle ones get ordinary stores, the last are demoted.
-      std::size_t from = 0;
-      for (std::size_t head = 0; from < chunks.size() && head < streaming_head_bytes; ++from) {
-        head += chunks[from].bytes;
+  };
+  for (std::size_t g = 0; g < count; ++g) open(g, nullptr);
+  const bool pace = count >= 3 && !ordinary;
+  group_events sent;
+  sent.reserve(p.groups());
+  std::array<const event*, 2> previous{};  // the events of the last two groups, the latest first
+  submission scatter;
+  std::size_t scratch_at = 0;
+  for (std::size_t g = 0; g < p.groups(); ++g) {
+    const auto group = p.group(g);
+    for (std::size_t i = p.first(g); i < p.ends[g]; ++i) job.finish(i);
+    if (scratch.get() != nullptr && scattered(group)) {
+      if (scratch_at + scratch_span(group) > scratch.size()) {
+        out.runner().submit(scatter);
+        scatter.clear();
+        scratch_at = 0;
       }
-      std::size_t to = chunks.size();
-      for (std::size_t tail = 0; to > from && tail < demoted_tail_bytes; --to) tail += chunks[to - 1].bytes;
-      job.set_stores(from, to);
-      detail::note_ordinary_store_upload();
+      std::byte* to = scratch.get() + scratch_at;
+      out.add_staged(to, buffer(g), group.back().at + group.back().bytes);
+      for (const staged& r : group) scatter.add(r.device_side, to + r.at, r.bytes, true);
+      scratch_at += scratch_span(group);
+    } else {
+      for (const staged& r : group) out.add_staged(r.device_side, buffer(g) + r.at, r.bytes);
     }
-    for (std::size_t i = 0; i < up.size(); ++i) job.open(i, block + up[i].at, nullptr, up[i].user);
-    const std::size_t base = up.front().at - up.front().skew();  // the scratch's first byte stands for it
-    submission scatter;
-    std::size_t first = 0;
-    for (const std::size_t end : group_ends(up, o)) {
-      const std::span<const staged> group{up.data() + first, end - first};
-      if (scattered(group, scratch)) {
-        for (std::size_t i = first; i < end; ++i) job.finish(i);
-        const std::size_t from = up[first].at - up[first].skew();
-        const std::size_t to = up[end - 1].at + up[end - 1].bytes;
-        add(scratch + (from - base), block + from, to - from, false);
-        for (const staged& r : group) scatter.add(r.device_side, scratch + (r.at - base), r.bytes, true);
-      } else {
-        for (std::size_t i = first; i < end; ++i) {
-          job.finish(i);
-          add(up[i].device_side, block + up[i].at, up[i].bytes, false);
-        }
+    out.flush();
+    if (pace && g >= 2) {
+      if (previous[0]->ready()) {
+        job.set_helpers(threads);
+      } else if (!previous[1]->ready()) {
+        job.set_helpers(std::max(1, job.helpers() - 1));
       }
-      flush();
-      first = end;
     }
-    // After the round's last DMA, so that the kernels do not hold up the DMAs behind them on the stream.
-    runner.submit(scatter);
-  }
-  if (!down.empty()) {
-    std::vector<host_copy_pool::job::chunk> chunks;
-    chunks.reserve(down.size());
-    std::size_t total = 0;
-    for (const staged& r : down) {
-      chunks.push_back({r.at, r.bytes});
-      total += r.bytes;
+    if (pace || g + count < p.groups()) {
+      const event* read = sent.record(s);
+      previous = {read, previous[0]};
+      if (g + count < p.groups()) open(g + count, read);
     }
-    const int threads = detail::download_threads(total, o);
-    host_copy_pool::job job{
-        host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, nullptr, nullptr, chunks, threads};
-    for (std::size_t i = 0; i < down.size(); ++i) job.open(i, block + down[i].at, gate_of[i], down[i].user);
-    for (std::size_t i = 0; i < down.size(); ++i) job.finish(i);
-    landed.all_completed();
   }
+  out.runner().submit(scatter);
 }
 
 // Cuts a staged range into pieces of at most max_chunk bytes, so that every
-// piece fits a round and groups stay even.
+// piece fits a round of downloads or a buffer of the uploads' ring, and
+// groups stay even.
 void add_staged(std::vector<staged>& out, std::byte* user, std::byte* other, std::size_t bytes, std::size_t most,
                 std::size_t scatter_max = 0) {
   for (std::size_t at = 0; at < bytes; at += most) {
@@ -518,28 +636,30 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
         break;
     }
   }
-  // Rounds: as many staged ranges as fit the block, downloads and uploads alike.
-  std::size_t staged_total = 0;
-  for (const staged& r : down) staged_total += r.slot();
-  // The scratch mirrors the uploads' part of a round, large ones included: it
-  // is taken only where the small ones are at least half of it.
+  // Downloads go through one block in rounds of as many as fit it, uploads
+  // through a ring of buffers; all of it is taken before anything is enqueued.
+  std::size_t down_total = 0;
+  for (const staged& r : down) down_total += r.slot();
+  const std::size_t block_bytes = std::min(down_total, std::max(max_batch_staging, aligned(o.max_chunk)));
+  const upload_plan plan = plan_uploads(std::move(up), o);
+  mr::caching_pinned_resource& resource = o.staging != nullptr ? *o.staging : staging_resource(device.kind());
+  const batch_block block{resource, block_bytes, s};
+  const batch_block ring{resource, plan.buffers * plan.buffer_bytes, s};
+  // The scratch is taken only where the small uploads are at least half the bytes uploaded.
   std::size_t up_total = 0, scattered_total = 0, scatterable = 0;
-  for (const staged& r : up) {
+  for (const staged& r : plan.ranges) {
     up_total += r.slot();
     if (r.scatterable) {
       scattered_total += r.slot();
       ++scatterable;
     }
   }
-  staged_total += up_total;
-  const std::size_t block_bytes = std::min(staged_total, std::max(max_batch_staging, aligned(o.max_chunk + 15)));
-  mr::caching_pinned_resource& resource = o.staging != nullptr ? *o.staging : staging_resource(device.kind());
-  const batch_block block{resource, block_bytes, s};  // before anything is enqueued
   const bool scatters = scatterable >= 2 && 2 * scattered_total >= up_total;
-  const batch_block scratch{mr::get_per_device_resource(device), scatters ? std::min(up_total, block_bytes) : 0, s,
+  const std::size_t scratch_bytes = std::min(plan.scattered_bytes, std::max(max_scratch, plan.buffer_bytes));
+  const batch_block scratch{mr::get_per_device_resource(device), scatters ? scratch_bytes : 0, s,
                             batch_block::needed::if_memory_allows};
 
-  if (host_side || !up.empty()) detail::wait_for_stream(s);  // (a): host threads read or write host memory
+  if (host_side || !plan.ranges.empty()) detail::wait_for_stream(s);  // (a): host threads read or write host memory
   for (const entry& e : entries) {
     if (e.how == route::host) {
       host_copy_pool::instance().copy(e.dst, e.src, e.bytes,
@@ -547,36 +667,31 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
     }
   }
   batch_runner runner{s};
-  std::size_t next_down = 0, next_up = 0;
+  submitter out{runner, s, o};
+  // Each round's downloads are out of the block, their DMAs waited for,
+  // before the next round's go in: the rounds need no other wait.
+  std::size_t next_down = 0;
   bool first_round = true;
-  while (first_round || next_down < down.size() || next_up < up.size()) {
-    if (!first_round) {  // the block's previous round must have left it
-      event done = event_pool::instance().acquire(device);
-      done.record(s);
-      done.synchronize();
-      event_pool::instance().release_completed(std::move(done));
-    }
-    std::vector<staged> round_down, round_up;
-    std::size_t used = 0;
-    for (; next_down < down.size() && used + down[next_down].slot() <= block_bytes; ++next_down) {
-      round_down.push_back(down[next_down]);
-      round_down.back().at = used;
+  while (first_round || next_down < down.size()) {
+    std::vector<staged> round;
+    for (std::size_t used = 0; next_down < down.size() && used + down[next_down].slot() <= block_bytes; ++next_down) {
+      round.push_back(down[next_down]);
+      round.back().at = used;
       used += down[next_down].slot();
     }
-    for (; next_up < up.size() && used + up[next_up].slot() <= block_bytes; ++next_up) {
-      round_up.push_back(up[next_up]);
-      round_up.back().at = used + up[next_up].skew();
-      used += up[next_up].slot();
-    }
-    run_round(runner, block.get(), scratch.get(), round_down, round_up,
-              first_round ? std::span<const entry>{direct} : std::span<const entry>{}, s, o);
+    group_events landed;
+    const auto gates =
+        send_downloads(out, block.get(), round, first_round ? direct : std::span<const entry>{}, landed, s, o);
+    if (first_round) send_uploads(out, plan, ring.get(), scratch, s, o);  // while the first downloads come down
+    copy_out_downloads(block.get(), round, gates, o);
+    landed.all_completed();
     first_round = false;
   }
   for (const entry& e : entries) {
     if (e.how == route::single) (void)detail::copy_sides(e.dst, e.to, e.src, e.from, e.bytes, s, o);
   }
   const copy_path path = runner.path();
-  if (direct.empty() && up.empty() && down.empty() &&
+  if (direct.empty() && plan.ranges.empty() && down.empty() &&
       std::none_of(entries.begin(), entries.end(), [](const entry& e) { return e.how == route::single; })) {
     return detail::transfer_complete(path);  // host to host alone: done
   }
