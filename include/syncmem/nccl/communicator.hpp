@@ -79,7 +79,11 @@ struct registration_statistics {
 /// Collectives. Every rank calls the same collectives in the same order (as
 /// with NCCL). One thread that drives several ranks puts their calls between
 /// a nccl::group's construction and destruction (ncclGroupStart/End), as
-/// NCCL requires; it costs nothing on emulated devices.
+/// NCCL requires; it costs nothing on emulated devices. Such a group's calls
+/// are checked when it ends, before any is issued: where the ranks of one
+/// communicator that it drives disagree (a call refused on one rank but made
+/// on another, or calls that differ), it issues none of them, since NCCL
+/// would wait for ever (see nccl::group).
 ///
 /// Streams. Each call is ordered on the stream `s` given, a stream of
 /// device(): it runs after the work enqueued on `s` before the call, and work
@@ -184,6 +188,7 @@ class communicator {
 
  private:
   struct state;
+  class attempt;
   explicit communicator(std::unique_ptr<state> s) noexcept;
   [[nodiscard]] state& checked(const char* call) const;
   void submit(const detail::call& c, stream_view s, bool pointers_known);

@@ -72,16 +72,33 @@ struct memory_use {
   device_id device = device_id::cuda(0);
 };
 
+// A call made in a group, as the group's end checks it: the ranks made
+// together (create_all) or joined by one id form a clique, and the ranks of a
+// clique that one thread drives in one group must make matching calls.
+// A refused call carries only its kind.
+struct grouped_call {
+  std::uint64_t clique = 0;
+  int rank = 0;
+  int size = 1;
+  device_id device = device_id::cuda(0);
+  call c;
+  bool refused = false;
+};
+
 // The nccl::group of the calling thread. NCCL enqueues a grouped call on its
 // stream only when the outermost group ends, so work that must follow the
-// call (an event recorded after it) waits until then.
-// Emulated communicators defer their calls in a group the same way, so that
-// code tested on them is right on NCCL.
+// call (an event recorded after it) waits until then. Both backends hold a
+// group's calls back until then too, so that its end can check them before
+// any reaches a stream: a call refused on one rank but made on another, or
+// calls that differ across ranks, would leave the others waiting for ever
+// (NCCL hangs); such a group issues none of its calls.
 struct thread_group {
   int depth = 0;
-  std::vector<std::function<void()>> launches;   // emulated calls, in call order
+  std::vector<std::function<void()>> launches;   // the calls, in call order
   std::vector<std::function<void()>> after_end;  // what must follow the calls
   std::vector<memory_use> uses;                  // the memory of the group's calls so far
+  std::vector<grouped_call> calls;               // what the end checks
+  bool lost_track = false;                       // a refusal could not be recorded: issue nothing
 };
 [[nodiscard]] thread_group& this_thread_group() noexcept;
 // Inside a group, refuses a call that writes memory an earlier call of the
@@ -89,8 +106,12 @@ struct thread_group {
 // calls into one launch and runs them in no order), then records its memory.
 // Outside a group, does nothing.
 void claim_memory(const memory_use& use);
-// Enqueues an emulated call now, or when the calling thread's outermost group ends.
+// Enqueues a call now, or when the calling thread's outermost group ends.
 void launch_grouped(std::function<void()> launch);
+// Inside a group, records a call for the end's check (outside, does nothing).
+void note_call(const grouped_call& c);
+// Inside a group, records a refused call; if that fails, the group issues nothing.
+void note_refused(const grouped_call& c) noexcept;
 // Runs `f` now, or when the calling thread's outermost group ends, after its calls.
 void after_enqueued(std::function<void()> f);
 

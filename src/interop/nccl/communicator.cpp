@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <initializer_list>
 #include <limits>
 #include <map>
@@ -185,6 +186,7 @@ class segment_registrar final : public mr::segment_observer {
 
 struct communicator::state {
   std::unique_ptr<detail::comm_backend> backend;
+  std::uint64_t clique = 0;  // shared by the ranks made together or joined by one id (see grouped_call)
   int rank = 0;
   int size = 1;
   device_id device = device_id::cuda(0);
@@ -211,7 +213,42 @@ void check_devices(std::span<const device_id> devices) {
   }
 }
 
+// Cliques of ranks made together are numbered; those of ranks joined by an
+// id are named by the id (the top bit set, so that the two never meet).
+std::uint64_t new_clique() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint64_t clique_of(const unique_id& id) {
+  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a
+  for (const std::uint8_t b : id.bytes) h = (h ^ b) * 1099511628211ULL;
+  return h | (std::uint64_t{1} << 63);
+}
+
 }  // namespace
+
+// While a call of this rank is checked: a call refused inside a nccl::group
+// is recorded for the group's end, which then sees the rank whose call is
+// missing (detail::note_refused).
+class communicator::attempt {
+ public:
+  attempt(const communicator& c, detail::collective kind) noexcept
+      : state_{c.state_.get()}, kind_{kind}, exceptions_{std::uncaught_exceptions()} {}
+  ~attempt() {
+    if (state_ == nullptr || std::uncaught_exceptions() == exceptions_) return;
+    detail::grouped_call refused{state_->clique, state_->rank, state_->size, state_->device, {}, true};
+    refused.c.kind = kind_;
+    detail::note_refused(refused);
+  }
+  attempt(const attempt&) = delete;
+  attempt& operator=(const attempt&) = delete;
+
+ private:
+  const state* state_;
+  detail::collective kind_;
+  int exceptions_;
+};
 
 std::vector<communicator> communicator::create_all(std::span<const device_id> devices) {
   check_devices(devices);
@@ -219,9 +256,11 @@ std::vector<communicator> communicator::create_all(std::span<const device_id> de
       devices[0].kind() == device_kind::cuda ? detail::make_nccl_all(devices) : detail::make_emulated_all(devices);
   std::vector<communicator> ranks;
   ranks.reserve(devices.size());
+  const std::uint64_t clique = new_clique();
   for (std::size_t r = 0; r < devices.size(); ++r) {
     auto s = std::make_unique<state>();
     s->backend = std::move(backends[r]);
+    s->clique = clique;
     s->rank = static_cast<int>(r);
     s->size = static_cast<int>(devices.size());
     s->device = devices[r];
@@ -238,6 +277,7 @@ communicator::communicator(const unique_id& id, int nranks, int rank, device_id 
   auto s = std::make_unique<state>();
   s->backend = device.kind() == device_kind::cuda ? detail::make_nccl_rank(id, nranks, rank, device)
                                                   : detail::make_emulated_rank(id, nranks, rank, device);
+  s->clique = clique_of(id);
   s->rank = rank;
   s->size = nranks;
   s->device = device;
@@ -509,38 +549,46 @@ void communicator::submit(const detail::call& c, stream_view s, bool pointers_kn
       break;
   }
   detail::claim_memory({c, read_bytes, write_bytes, st.rank, st.size, st.device});
+  detail::note_call({st.clique, st.rank, st.size, st.device, out, false});
   st.backend->enqueue(out, s);
 }
 
 void communicator::all_reduce(const void* send, void* recv, std::size_t count, dtype type, reduce_op op,
                               stream_view s) {
+  const attempt guard{*this, collective::all_reduce};
   submit({collective::all_reduce, send, recv, count, type, op, 0}, s, false);
 }
 
 void communicator::broadcast(const void* send, void* recv, std::size_t count, dtype type, int root, stream_view s) {
+  const attempt guard{*this, collective::broadcast};
   submit({collective::broadcast, send, recv, count, type, reduce_op::sum, root}, s, false);
 }
 
 void communicator::all_gather(const void* send, void* recv, std::size_t send_count, dtype type, stream_view s) {
+  const attempt guard{*this, collective::all_gather};
   submit({collective::all_gather, send, recv, send_count, type, reduce_op::sum, 0}, s, false);
 }
 
 void communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, dtype type, reduce_op op,
                                   stream_view s) {
+  const attempt guard{*this, collective::reduce_scatter};
   submit({collective::reduce_scatter, send, recv, recv_count, type, op, 0}, s, false);
 }
 
 void communicator::send(const void* buffer, std::size_t count, dtype type, int peer, stream_view s) {
+  const attempt guard{*this, collective::send};
   submit({collective::send, buffer, nullptr, count, type, reduce_op::sum, peer}, s, false);
 }
 
 void communicator::recv(void* buffer, std::size_t count, dtype type, int peer, stream_view s) {
+  const attempt guard{*this, collective::recv};
   submit({collective::recv, nullptr, buffer, count, type, reduce_op::sum, peer}, s, false);
 }
 
 // ==== device buffers ================================================================
 
 void communicator::all_reduce(const device_buffer& send, device_buffer& recv, dtype type, reduce_op op, stream_view s) {
+  const attempt guard{*this, collective::all_reduce};
   const std::size_t n = elements(*this, "all_reduce", "send", send, type);
   const std::size_t m = elements(*this, "all_reduce", "recv", recv, type);
   SYNCMEM_EXPECTS(n == m, fmt::format("{}: all_reduce: recv has {} {} elements, expected {} (send's)", to_string(), m,
@@ -552,6 +600,7 @@ void communicator::all_reduce(const device_buffer& send, device_buffer& recv, dt
 }
 
 void communicator::broadcast(device_buffer& buffer, dtype type, int root, stream_view s) {
+  const attempt guard{*this, collective::broadcast};
   const std::size_t n = elements(*this, "broadcast", "buffer", buffer, type);
   check_stream(*this, "broadcast", s);
   const buffer_order order{{&buffer}, s, device()};
@@ -560,6 +609,7 @@ void communicator::broadcast(device_buffer& buffer, dtype type, int root, stream
 }
 
 void communicator::all_gather(const device_buffer& send, device_buffer& recv, dtype type, stream_view s) {
+  const attempt guard{*this, collective::all_gather};
   const std::size_t n = elements(*this, "all_gather", "send", send, type);
   const std::size_t m = elements(*this, "all_gather", "recv", recv, type);
   SYNCMEM_EXPECTS(
@@ -574,6 +624,7 @@ void communicator::all_gather(const device_buffer& send, device_buffer& recv, dt
 
 void communicator::reduce_scatter(const device_buffer& send, device_buffer& recv, dtype type, reduce_op op,
                                   stream_view s) {
+  const attempt guard{*this, collective::reduce_scatter};
   const std::size_t n = elements(*this, "reduce_scatter", "send", send, type);
   const std::size_t m = elements(*this, "reduce_scatter", "recv", recv, type);
   SYNCMEM_EXPECTS(
@@ -587,6 +638,7 @@ void communicator::reduce_scatter(const device_buffer& send, device_buffer& recv
 }
 
 void communicator::send(const device_buffer& buffer, dtype type, int peer, stream_view s) {
+  const attempt guard{*this, collective::send};
   const std::size_t n = elements(*this, "send", "buffer", buffer, type);
   check_stream(*this, "send", s);
   const buffer_order order{{&buffer}, s, device()};
@@ -595,6 +647,7 @@ void communicator::send(const device_buffer& buffer, dtype type, int peer, strea
 }
 
 void communicator::recv(device_buffer& buffer, dtype type, int peer, stream_view s) {
+  const attempt guard{*this, collective::recv};
   const std::size_t n = elements(*this, "recv", "buffer", buffer, type);
   check_stream(*this, "recv", s);
   const buffer_order order{{&buffer}, s, device()};
@@ -605,6 +658,7 @@ void communicator::recv(device_buffer& buffer, dtype type, int peer, stream_view
 // ==== tensors ==========================================================================
 
 void communicator::all_reduce(const tensor& send, tensor& recv, reduce_op op, stream_view s) {
+  const attempt guard{*this, collective::all_reduce};
   check_tensor(*this, "all_reduce", "send", send);
   check_tensor(*this, "all_reduce", "recv", recv);
   check_same_dtype(*this, "all_reduce", send, recv);
@@ -620,6 +674,7 @@ void communicator::all_reduce(const tensor& send, tensor& recv, reduce_op op, st
 }
 
 void communicator::all_reduce(tensor& t, reduce_op op, stream_view s) {
+  const attempt guard{*this, collective::all_reduce};
   check_tensor(*this, "all_reduce", "t", t);
   check_stream(*this, "all_reduce", s);
   check_reduction(*this, "all_reduce", t.dtype(), op);
@@ -628,6 +683,7 @@ void communicator::all_reduce(tensor& t, reduce_op op, stream_view s) {
 }
 
 void communicator::broadcast(tensor& t, int root, stream_view s) {
+  const attempt guard{*this, collective::broadcast};
   check_tensor(*this, "broadcast", "t", t);
   check_stream(*this, "broadcast", s);
   check_rank(*this, "broadcast", "root", root, true);
@@ -636,6 +692,7 @@ void communicator::broadcast(tensor& t, int root, stream_view s) {
 }
 
 void communicator::all_gather(const tensor& send, tensor& recv, stream_view s) {
+  const attempt guard{*this, collective::all_gather};
   check_tensor(*this, "all_gather", "send", send);
   check_tensor(*this, "all_gather", "recv", recv);
   check_same_dtype(*this, "all_gather", send, recv);
@@ -649,6 +706,7 @@ void communicator::all_gather(const tensor& send, tensor& recv, stream_view s) {
 }
 
 void communicator::reduce_scatter(const tensor& send, tensor& recv, reduce_op op, stream_view s) {
+  const attempt guard{*this, collective::reduce_scatter};
   check_tensor(*this, "reduce_scatter", "send", send);
   check_tensor(*this, "reduce_scatter", "recv", recv);
   check_same_dtype(*this, "reduce_scatter", send, recv);
@@ -663,6 +721,7 @@ void communicator::reduce_scatter(const tensor& send, tensor& recv, reduce_op op
 }
 
 void communicator::send(const tensor& t, int peer, stream_view s) {
+  const attempt guard{*this, collective::send};
   check_tensor(*this, "send", "t", t);
   check_stream(*this, "send", s);
   check_rank(*this, "send", "peer", peer, false);
@@ -670,6 +729,7 @@ void communicator::send(const tensor& t, int peer, stream_view s) {
 }
 
 void communicator::recv(tensor& t, int peer, stream_view s) {
+  const attempt guard{*this, collective::recv};
   check_tensor(*this, "recv", "t", t);
   check_stream(*this, "recv", s);
   check_rank(*this, "recv", "peer", peer, false);

@@ -241,8 +241,10 @@ class emulated_comm final : public comm_backend {
     } else if (c.kind == collective::recv) {
       launch_grouped([s, shared, rank, c] { s.launch_host_func([shared, rank, c] { shared->recv(rank, c); }); });
     } else {
-      const std::uint64_t sequence = sequence_++;
-      launch_grouped([s, shared, rank, sequence, c] {
+      // Numbered when it reaches the stream: a group that issues none of its
+      // calls leaves no gap in the numbers.
+      launch_grouped([s, shared, rank, next = sequence_, c] {
+        const std::uint64_t sequence = (*next)++;
         s.launch_host_func([shared, rank, sequence, c] { shared->collective(rank, sequence, c); });
       });
     }
@@ -296,7 +298,7 @@ class emulated_comm final : public comm_backend {
   std::shared_ptr<clique> clique_;
   int rank_;
   device_id device_;
-  std::uint64_t sequence_ = 0;
+  std::shared_ptr<std::uint64_t> sequence_ = std::make_shared<std::uint64_t>(0);  // one thread at a time per rank
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, std::size_t> ranges_;  // registered: base to size
 };

@@ -339,6 +339,78 @@ TYPED_TEST(communicator_test, RefusesCallsOfOneGroupThatRaceOnTheirMemory) {
   }
 }
 
+// A group whose ranks disagree (a call refused on one rank only, counts that
+// differ, a send nobody receives) issues none of its calls: NCCL would wait
+// for ever for the missing or different one. The ranks' buffers stay as they
+// were, and a matching group afterwards runs as usual.
+TYPED_TEST(communicator_test, AGroupWhoseRanksDisagreeIssuesNoneOfItsCalls) {
+  this->make(2);
+  const dtype t = dtype::int32;
+  const std::size_t count = random_count(4000);
+  const std::size_t bytes = count * size_of(t);
+  std::vector<std::vector<std::byte>> inputs;
+  std::vector<device_buffer> x;
+  for (int r = 0; r < 2; ++r) {
+    inputs.push_back(small_values(t, count));
+    x.emplace_back(inputs.back().data(), bytes, this->s(r));
+  }
+  std::vector<std::byte> pageable(bytes);
+  const auto unchanged = [&](const std::string& what) {
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::byte> got(bytes);
+      x[r].copy_to_host(got.data(), bytes, this->s(r));  // would wait for a call left alone
+      EXPECT_EQ(got, inputs[r]) << what << ": rank " << r << " ran a call";
+    }
+  };
+  const std::string n = std::to_string(count);
+  {
+    nccl::group g;
+    this->comm(0).all_reduce(x[0], x[0], t, reduce_op::sum, this->s(0));
+    EXPECT_THAT(
+        error_of([&] { this->comm(1).all_reduce(pageable.data(), x[1].data(), count, t, reduce_op::sum, this->s(1)); }),
+        HasSubstr("expected device memory"));
+    const std::string error = error_of([&] { g.end(); });
+    EXPECT_THAT(error, HasSubstr("do not match"));
+    EXPECT_THAT(error, HasSubstr(this->comm(0).to_string() + ": all_reduce of " + n + " int32 (sum)"));
+    EXPECT_THAT(error, HasSubstr(this->comm(1).to_string() + ": a refused all_reduce"));
+    EXPECT_THAT(error, HasSubstr("none of the group's calls was issued"));
+  }
+  unchanged("a call refused on one rank");
+  {
+    nccl::group g;
+    this->comm(0).all_reduce(x[0].data(), x[0].data(), count, t, reduce_op::sum, this->s(0));
+    this->comm(1).all_reduce(x[1].data(), x[1].data(), count - 1, t, reduce_op::sum, this->s(1));
+    EXPECT_THAT(error_of([&] { g.end(); }),
+                HasSubstr(this->comm(1).to_string() + ": all_reduce of " + std::to_string(count - 1) + " int32"));
+  }
+  unchanged("counts that differ");
+  {
+    nccl::group g;
+    device_buffer y0{bytes, this->s(0)}, y1{bytes, this->s(1)};
+    this->comm(0).send(x[0], t, 1, this->s(0));
+    this->comm(1).all_reduce(y1, y1, t, reduce_op::sum, this->s(1));
+    this->comm(0).all_reduce(y0, y0, t, reduce_op::sum, this->s(0));
+    EXPECT_THAT(error_of([&] { g.end(); }), HasSubstr("send of " + n + " int32 to rank 1"));
+  }
+  unchanged("a send nobody receives");
+  // The destructor reports the same (logged), and issues nothing either.
+  {
+    nccl::group g;
+    this->comm(0).broadcast(x[0], t, 0, this->s(0));
+    this->comm(1).broadcast(x[1], t, 1, this->s(1));
+  }
+  unchanged("roots that differ, the group left to its destructor");
+  this->each_rank([&](int r) { this->comm(r).all_reduce(x[r], x[r], t, reduce_op::sum, this->s(r)); });
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::byte> got(bytes);
+    x[r].copy_to_host(got.data(), bytes, this->s(r));
+    for (std::size_t i = 0; i < count; ++i) {
+      expect_element(reduce_op::sum, t, reduced(reduce_op::sum, t, inputs, i), got.data(), i, r);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
 TYPED_TEST(communicator_test, ReduceScattersEveryDtypeWithEveryOp) {
   this->make();
   for (const dtype t : all_dtypes) {

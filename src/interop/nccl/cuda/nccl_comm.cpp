@@ -77,29 +77,35 @@ class nccl_comm final : public comm_backend {
   nccl_comm(const nccl_comm&) = delete;
   nccl_comm& operator=(const nccl_comm&) = delete;
 
+  // In a group, NCCL is called when the group ends, after the check of its
+  // calls (see thread_group); NCCL's own group is still open then.
   void enqueue(const call& c, stream_view s) override {
-    device_guard guard{device_};
+    launch_grouped([comm = comm_, device = device_, c, s] { enqueue_now(comm, device, c, s); });
+  }
+
+  static void enqueue_now(ncclComm_t comm, device_id device, const call& c, stream_view s) {
+    device_guard guard{device};
     auto* const stream = reinterpret_cast<cudaStream_t>(s.native_handle());
     // Reductions need NCCL's type; the rest move bytes, so every dtype goes as bytes.
     const std::size_t bytes = c.count * size_of(c.type);
     switch (c.kind) {
       case collective::all_reduce:
-        SYNCMEM_NCCL_TRY(ncclAllReduce(c.send, c.recv, c.count, nccl_type(c.type), nccl_op(c.op), comm_, stream));
+        SYNCMEM_NCCL_TRY(ncclAllReduce(c.send, c.recv, c.count, nccl_type(c.type), nccl_op(c.op), comm, stream));
         return;
       case collective::reduce_scatter:
-        SYNCMEM_NCCL_TRY(ncclReduceScatter(c.send, c.recv, c.count, nccl_type(c.type), nccl_op(c.op), comm_, stream));
+        SYNCMEM_NCCL_TRY(ncclReduceScatter(c.send, c.recv, c.count, nccl_type(c.type), nccl_op(c.op), comm, stream));
         return;
       case collective::broadcast:
-        SYNCMEM_NCCL_TRY(ncclBroadcast(c.send, c.recv, bytes, ncclUint8, c.peer, comm_, stream));
+        SYNCMEM_NCCL_TRY(ncclBroadcast(c.send, c.recv, bytes, ncclUint8, c.peer, comm, stream));
         return;
       case collective::all_gather:
-        SYNCMEM_NCCL_TRY(ncclAllGather(c.send, c.recv, bytes, ncclUint8, comm_, stream));
+        SYNCMEM_NCCL_TRY(ncclAllGather(c.send, c.recv, bytes, ncclUint8, comm, stream));
         return;
       case collective::send:
-        SYNCMEM_NCCL_TRY(ncclSend(c.send, bytes, ncclUint8, c.peer, comm_, stream));
+        SYNCMEM_NCCL_TRY(ncclSend(c.send, bytes, ncclUint8, c.peer, comm, stream));
         return;
       case collective::recv:
-        SYNCMEM_NCCL_TRY(ncclRecv(c.recv, bytes, ncclUint8, c.peer, comm_, stream));
+        SYNCMEM_NCCL_TRY(ncclRecv(c.recv, bytes, ncclUint8, c.peer, comm, stream));
         return;
     }
   }
