@@ -622,6 +622,36 @@ TYPED_TEST(caching_test, GrowFromIdleMovesEvenAFewIdlePages) {
   }
 }
 
+// With grow_from_idle, requests above 256 KiB come from the growable range
+// (where idle pages move), not from the small blocks' 2 MiB segments.
+TYPED_TEST(caching_test, GrowFromIdleTakesMidSizedRequestsFromTheRange) {
+  for (const bool from_idle : {false, true}) {
+    auto r =
+        this->make(from_idle ? "expandable:1,thread_cache_mb:0,grow_from_idle:1" : "expandable:1,thread_cache_mb:0");
+    stream s{this->device_};
+    constexpr std::size_t KiB = 1024;
+    const std::size_t mid = 256 * KiB + 512 + (rng()() % 512) * KiB;  // above 256 KiB, below 1 MiB
+    r->deallocate(r->allocate(4 * MiB, s), 4 * MiB, s);               // a large block: the range is reserved
+    if (!r->expandable()) GTEST_SKIP() << "the device has no virtual memory management";
+    void* a = r->allocate(mid, s);
+    void* b = r->allocate(256 * KiB, s);
+    const auto seed = fresh_seed();
+    device_fill_pattern(s, a, mid, seed);
+    const auto pool_of = [&](const void* p) {
+      for (const auto& seg : r->snapshot().segments) {
+        const auto at = reinterpret_cast<std::uintptr_t>(p);
+        if (at >= seg.address && at < seg.address + seg.size) return seg.pool;
+      }
+      return std::string{"none"};
+    };
+    EXPECT_EQ(pool_of(a), from_idle ? "expandable" : "small") << mid << " bytes, grow_from_idle:" << from_idle;
+    EXPECT_EQ(pool_of(b), "small") << "256 KiB, grow_from_idle:" << from_idle;
+    EXPECT_TRUE(holds_pattern(memory_kind::device, s, a, mid, seed));
+    r->deallocate(a, mid, s);
+    r->deallocate(b, 256 * KiB, s);
+  }
+}
+
 TYPED_TEST(caching_test, GrowingGivesBackSegmentsThatCannotServe) {
   for (const bool release : {true, false}) {
     auto r = this->make(release ? "thread_cache_mb:0" : "thread_cache_mb:0,release_before_grow:0");

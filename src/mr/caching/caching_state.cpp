@@ -24,6 +24,12 @@ using namespace caching;  // NOLINT(google-build-using-namespace): this file tie
 namespace {
 
 constexpr std::size_t small_request_limit = std::size_t{1} << 20;
+// With grow_from_idle and pages no larger than a small segment, the growable
+// range wastes no more on a mid-sized block than a small segment does and
+// moves its idle pages, so that what a peak wastes is mostly the free parts
+// of the small blocks' segments: fewer requests go there. (Larger pages made
+// some replays worse.)
+constexpr std::size_t small_request_limit_from_idle = std::size_t{256} << 10;
 constexpr std::size_t small_segment_size = std::size_t{2} << 20;
 constexpr std::size_t large_segment_round = std::size_t{2} << 20;
 constexpr std::size_t max_request = std::size_t{1} << 50;
@@ -154,7 +160,10 @@ caching_state::handed caching_state::allocate_slow(std::size_t bytes, std::size_
   if (tc != nullptr) totals_.fold(*tc);
   reserved_.forget_limit_hit();
   if (!pending_.empty() || !pools_.retired().empty()) process_pending();
-  const pool_kind kind = key <= small_request_limit ? pool_kind::small : pool_kind::large;
+  const std::size_t small_limit = options_.grow_from_idle && range_.ready() && range_.page_size() <= small_segment_size
+                                      ? small_request_limit_from_idle
+                                      : small_request_limit;
+  const pool_kind kind = key <= small_limit ? pool_kind::small : pool_kind::large;
   stream_pool& pool = pools_.pool_for(s.native_handle());
   // The common case inline: a free block of this stream's own pool.
   block* b = pools_.take_free(pool, kind, key);

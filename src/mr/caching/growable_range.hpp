@@ -40,6 +40,8 @@ class growable_range {
   // (false, for good, when the device has no virtual memory management).
   [[nodiscard]] bool ready();
   [[nodiscard]] bool in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
+  // The size of its pages, once ready().
+  [[nodiscard]] std::size_t page_size() const noexcept { return page_size_; }
 
   // A free block of at least `key` bytes for `pool`, split to `key`, mapping
   // pages as needed; nullptr when the limit or the device refuses.
