@@ -44,6 +44,15 @@ using bytes_t = std::vector<std::uint8_t>;
 enum class mem { pageable, pinned, device };
 constexpr mem all_mems[] = {mem::pageable, mem::pinned, mem::device};
 
+// 0 .. n-1 in a fresh random order: slot i of the sources goes to slot
+// shuffled[i] of the destinations, so that no two copies lie end to end on both sides.
+std::vector<std::size_t> shuffled(std::size_t n) {
+  std::vector<std::size_t> slots(n);
+  for (std::size_t i = 0; i < n; ++i) slots[i] = i;
+  std::shuffle(slots.begin(), slots.end(), rng());
+  return slots;
+}
+
 // One allocation of a kind, filled and read without the batch.
 class region {
  public:
@@ -356,9 +365,7 @@ class scratch_case {
     bytes_t expected = random_bytes(region_bytes);
     host.write(source);
     dev.write(expected);
-    std::vector<std::size_t> slots(pieces);
-    for (std::size_t i = 0; i < pieces; ++i) slots[i] = i;
-    std::shuffle(slots.begin(), slots.end(), rng());  // no two copies end to end on both sides
+    const auto slots = shuffled(pieces);
     std::vector<copy_request> requests;
     for (std::size_t i = 0; i < pieces; ++i) {
       const std::size_t n = largest - rng()() % (largest / 2);
@@ -449,9 +456,7 @@ TYPED_TEST(BatchCopy, UploadsThroughARingSmallerThanTheBatchEveryByte) {
       bytes_t expected = random_bytes(pieces * stride);
       host.write(source);
       dev.write(expected);
-      std::vector<std::size_t> slots(pieces);
-      for (std::size_t i = 0; i < pieces; ++i) slots[i] = i;
-      std::shuffle(slots.begin(), slots.end(), rng());  // no two copies end to end on both sides
+      const auto slots = shuffled(pieces);
       std::vector<copy_request> requests;
       for (std::size_t i = 0; i < pieces; ++i) {
         const bool large = i % large_every == large_every / 2;
