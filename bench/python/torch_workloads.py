@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real PyTorch training and inference loops under four allocators.
+"""Real PyTorch training and inference loops under five allocator modes.
 
 Workloads (models from configs, random init, random data: no network needed):
   gpt2      transformers.GPT2LMHeadModel, 8 layers, batch 4..16 and sequence
@@ -13,6 +13,7 @@ Modes (each in a process of its own, set before CUDA is touched):
   torch-expandable    the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   syncmem-default     syncmem.torch.enable() before any CUDA allocation
   syncmem-expandable  the same with SYNCMEM_ALLOC_CONF=expandable:1
+  syncmem-from-idle   the same with SYNCMEM_ALLOC_CONF=expandable:1,grow_from_idle:1
 
 The driver runs every (workload, mode) pair in --processes rounds, the modes
 alternating process by process so that drift of the machine does not pick a
@@ -40,7 +41,7 @@ import subprocess
 import sys
 import time
 
-MODES = ("torch-default", "torch-expandable", "syncmem-default", "syncmem-expandable")
+MODES = ("torch-default", "torch-expandable", "syncmem-default", "syncmem-expandable", "syncmem-from-idle")
 WORKLOADS = ("gpt2", "resnet50", "infer")
 REPLAY_FORMAT_LINE = "# syncmem.replay/1"
 
@@ -53,6 +54,8 @@ def mode_environment(mode: str) -> dict[str, str]:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     elif mode == "syncmem-expandable":
         env["SYNCMEM_ALLOC_CONF"] = "expandable:1"
+    elif mode == "syncmem-from-idle":
+        env["SYNCMEM_ALLOC_CONF"] = "expandable:1,grow_from_idle:1"
     return env
 
 
