@@ -14,6 +14,8 @@ Modes (each in a process of its own, set before CUDA is touched):
   syncmem-default     syncmem.torch.enable() before any CUDA allocation
   syncmem-expandable  the same with SYNCMEM_ALLOC_CONF=expandable:1
   syncmem-from-idle   the same with SYNCMEM_ALLOC_CONF=expandable:1,grow_from_idle:1
+Two more on request (--modes), the same with larger pages:
+  syncmem-from-idle-8mb, syncmem-from-idle-20mb   ...,expandable_page_mb:8 (20)
 
 The driver runs every (workload, mode) pair in --processes rounds, the modes
 alternating process by process so that drift of the machine does not pick a
@@ -42,6 +44,7 @@ import sys
 import time
 
 MODES = ("torch-default", "torch-expandable", "syncmem-default", "syncmem-expandable", "syncmem-from-idle")
+PAGE_MODES = {"syncmem-from-idle-8mb": 8, "syncmem-from-idle-20mb": 20}
 WORKLOADS = ("gpt2", "resnet50", "infer")
 REPLAY_FORMAT_LINE = "# syncmem.replay/1"
 
@@ -56,6 +59,8 @@ def mode_environment(mode: str) -> dict[str, str]:
         env["SYNCMEM_ALLOC_CONF"] = "expandable:1"
     elif mode == "syncmem-from-idle":
         env["SYNCMEM_ALLOC_CONF"] = "expandable:1,grow_from_idle:1"
+    elif mode in PAGE_MODES:
+        env["SYNCMEM_ALLOC_CONF"] = f"expandable:1,grow_from_idle:1,expandable_page_mb:{PAGE_MODES[mode]}"
     return env
 
 
@@ -299,15 +304,15 @@ def summarize(runs: list[dict]) -> dict:
 
 def print_table(summary: dict[str, dict[str, dict]]) -> None:
     gib = float(1 << 30)
-    print(f"{'workload':9} {'mode':19} {'step ms (median, min..max)':>28} {'reserved':>10} {'requested':>10} "
+    print(f"{'workload':9} {'mode':22} {'step ms (median, min..max)':>28} {'reserved':>10} {'requested':>10} "
           f"{'ratio':>6} {'allocs/step':>11}")
     for workload, modes in summary.items():
         for mode, s in modes.items():
             if "error" in s:
-                print(f"{workload:9} {mode:19} {s['error']}")
+                print(f"{workload:9} {mode:22} {s['error']}")
                 continue
             step = f"{s['median_step_ms']:.1f} ({s['step_ms_min']:.1f}..{s['step_ms_max']:.1f})"
-            print(f"{workload:9} {mode:19} {step:>28} {s['peak_reserved'] / gib:9.2f}G {s['peak_requested'] / gib:9.2f}G "
+            print(f"{workload:9} {mode:22} {step:>28} {s['peak_reserved'] / gib:9.2f}G {s['peak_requested'] / gib:9.2f}G "
                   f"{s['peak_ratio']:6.3f} {s['allocations_per_step']:11.0f}")
 
 
@@ -318,8 +323,8 @@ def drive(args) -> int:
         if w not in WORKLOADS:
             raise SystemExit(f"--workloads: unknown {w!r}; valid: {', '.join(WORKLOADS)}")
     for m in modes:
-        if m not in MODES:
-            raise SystemExit(f"--modes: unknown {m!r}; valid: {', '.join(MODES)}")
+        if m not in MODES and m not in PAGE_MODES:
+            raise SystemExit(f"--modes: unknown {m!r}; valid: {', '.join((*MODES, *PAGE_MODES))}")
     runs: dict[str, dict[str, list[dict]]] = {w: {m: [] for m in modes} for w in workloads}
     unavailable: dict[str, dict] = {}
     for round_ in range(args.processes):
@@ -369,7 +374,7 @@ def record(args) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ", ".join(WORKLOADS))
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join((*MODES, *PAGE_MODES)))
     p.add_argument("--processes", type=int, default=3, help="processes per (workload, mode), at least 3 for a result")
     p.add_argument("--steps", type=int, default=30, help="timed steps per process")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
@@ -382,8 +387,8 @@ def main() -> int:
     p.add_argument("--trace-file", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        if args.mode not in MODES:
-            raise SystemExit(f"--mode: unknown {args.mode!r}; valid: {', '.join(MODES)}")
+        if args.mode not in MODES and args.mode not in PAGE_MODES:
+            raise SystemExit(f"--mode: unknown {args.mode!r}; valid: {', '.join((*MODES, *PAGE_MODES))}")
         print(json.dumps(run_one(args.worker, args.mode, args.steps, args.warmup, args.seed, args.trace_file)))
         return 0
     if args.record_trace:
