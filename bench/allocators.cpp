@@ -13,7 +13,9 @@
 //     traces: training, mixed, synthetic (generated); gpt2, resnet50, infer
 //     (recorded from PyTorch programs by bench/python/torch_workloads.py)
 //
-// Methods: caching, caching_expandable, caching_expandable_from_idle (grow_from_idle:1) (ours); cudaMalloc,
+// Methods: caching, caching_expandable, caching_expandable_from_idle (grow_from_idle:1),
+// caching_expandable_from_idle_{8,20}mb (expandable_page_mb), caching_expandable_from_idle_large
+// (expandable_large_page_mb:20) (ours); cudaMalloc,
 // cudaMallocAsync, pytorch (CUDA; or pytorch_expandable with SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1, in a process of its
 // own), rmm_pool, rmm_arena, rmm_binning, rmm_cuda_async (CUDA, where RMM is found); emulated, emulated_async
 // (emulated).
@@ -199,6 +201,8 @@ std::vector<method> methods_for(device_id device) {
     caching_with(fmt::format("caching_expandable_from_idle_{}mb", page_mb),
                  fmt::format("expandable:1,grow_from_idle:1,expandable_page_mb:{}", page_mb));
   }
+  // 2 MiB pages, and 20 MiB ones in large growths: GPT-2's big blocks in a tenth of the calls.
+  caching_with("caching_expandable_from_idle_large", "expandable:1,grow_from_idle:1,expandable_large_page_mb:20");
   if (device.kind() == device_kind::cuda) {
     methods.push_back({"cudaMalloc", [](device_id d, bool replay) {
                          return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_resource>(d), replay);

@@ -652,6 +652,39 @@ TYPED_TEST(caching_test, GrowFromIdleTakesMidSizedRequestsFromTheRange) {
   }
 }
 
+// expandable_large_page_mb: a growth of 256 MiB or more is mapped in 20 MiB
+// pages, and with grow_from_idle one of them moves only when all of it is
+// idle: the one a kept block shares stays, the wholly idle ones move to
+// another stream's growth.
+TYPED_TEST(caching_test, LargePagesBackBigGrowthsAndMoveOnlyWhenWhollyIdle) {
+  auto r = this->make("expandable:1,thread_cache_mb:0,grow_from_idle:1,expandable_large_page_mb:20");
+  stream s{this->device_};
+  stream other{this->device_};
+  void* big = r->allocate(300 * MiB, other);
+  if (!r->expandable()) GTEST_SKIP() << "the device has no virtual memory management";
+  const auto seed = fresh_seed();
+  device_fill_pattern(other, big, 300 * MiB, seed);
+  EXPECT_TRUE(holds_pattern(memory_kind::device, other, big, 300 * MiB, seed));
+  r->deallocate(big, 300 * MiB, other);
+  void* kept = r->allocate(30 * MiB, other);  // the first large page and half the second
+  EXPECT_EQ(kept, big);
+  const auto kept_seed = fresh_seed();
+  device_fill_pattern(other, kept, 30 * MiB, kept_seed);
+  // More than the 270 MiB left free: thirteen wholly idle large pages move, one is new.
+  void* grown = r->allocate(280 * MiB, s);
+  const auto st = r->statistics();
+  EXPECT_EQ(st.peak_reserved_bytes, 320 * MiB);
+  EXPECT_EQ(st.reserved_bytes, 320 * MiB);
+  EXPECT_TRUE(holds_pattern(memory_kind::device, other, kept, 30 * MiB, kept_seed)) << "moving disturbed a live block";
+  const auto grown_seed = fresh_seed();
+  device_fill_pattern(s, grown, 280 * MiB, grown_seed);
+  EXPECT_TRUE(holds_pattern(memory_kind::device, s, grown, 280 * MiB, grown_seed));
+  r->deallocate(grown, 280 * MiB, s);
+  r->deallocate(kept, 30 * MiB, other);
+  r->empty_cache();
+  EXPECT_EQ(r->statistics().reserved_bytes, 0U);
+}
+
 TYPED_TEST(caching_test, GrowingGivesBackSegmentsThatCannotServe) {
   for (const bool release : {true, false}) {
     auto r = this->make(release ? "thread_cache_mb:0" : "thread_cache_mb:0,release_before_grow:0");

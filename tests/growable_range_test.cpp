@@ -17,9 +17,9 @@ const device_id device = device_id::emulated(0);
 
 struct parts {
   explicit parts(bool enabled = true, bool release_before_grow = false, bool grow_from_idle = false,
-                 std::size_t page_size = 0)
+                 std::size_t page_size = 0, std::size_t large_page_size = 0)
       : range{device,
-              {enabled, release_before_grow, grow_from_idle, page_size},
+              {enabled, release_before_grow, grow_from_idle, page_size, large_page_size},
               "growable_range_test",
               pools,
               reserved} {}
@@ -241,6 +241,87 @@ TEST(GrowableRange, PagesOfAChosenSizeRoundedToTheGranularity) {
   EXPECT_EQ(p.range.reclaim(64 * MiB, /*keep_handles=*/false), 6 * MiB);
   EXPECT_EQ(p.reserved.bytes(), 6 * MiB);
   EXPECT_TRUE(p.range.has_mapped_pages());
+}
+
+// Large pages (20 MiB here) fill the aligned bulk of a growth of 256 MiB or
+// more, as one physical allocation each: reclaim then unmaps a whole one. A
+// smaller growth, or no large pages, maps pages only.
+TEST(GrowableRange, LargePagesMapTheBulkOfABigGrowth) {
+  struct run {
+    std::size_t large_page;
+    std::size_t grown;
+    std::size_t unmapped;  // by asking reclaim for one page
+  };
+  for (const run r :
+       {run{20 * MiB, 300 * MiB, 20 * MiB}, run{0, 300 * MiB, 2 * MiB}, run{20 * MiB, 254 * MiB, 2 * MiB}}) {
+    parts p{true, false, false, 0, r.large_page};
+    stream s{device};
+    stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+    ASSERT_TRUE(p.range.ready());
+    EXPECT_EQ(p.range.large_page_size(), r.large_page);
+    block* a = p.range.grow(r.grown, pool);
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(p.reserved.bytes(), r.grown);
+    const bool large = r.unmapped > 2 * MiB;  // the others only show the difference: other tests fill pages
+    if (large) expect_usable(s, a);
+    p.pools.free_block(a, pool);
+    EXPECT_EQ(p.range.reclaim(2 * MiB, /*keep_handles=*/false), r.unmapped) << r.large_page << " " << r.grown;
+    EXPECT_EQ(p.reserved.bytes(), r.grown - r.unmapped);
+    block* again = p.range.grow(r.grown, pool);  // the top mapped again, the rest reused
+    ASSERT_NE(again, nullptr);
+    EXPECT_EQ(again->ptr, p.range.range()->base);
+    EXPECT_EQ(p.reserved.bytes(), r.grown);
+    if (large) expect_usable(s, again);
+  }
+}
+
+// A large page moves only when all of it is idle: with grow_from_idle, the
+// free part of one that a block still uses stays where it is, and the wholly
+// idle ones move as they are into a growth of another stream.
+TEST(GrowableRange, ALargePageMovesOnlyWhenAllOfItIsIdle) {
+  parts p{true, true, true, 0, 20 * MiB};
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream other{device};
+  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  const std::uintptr_t base = p.range.range()->base;
+  block* a = p.range.grow(300 * MiB, elsewhere);  // fifteen large pages
+  ASSERT_NE(a, nullptr);
+  p.pools.free_block(a, elsewhere);
+  block* kept = p.range.grow(30 * MiB, elsewhere);  // [0, 30): the first large page and half the second
+  ASSERT_NE(kept, nullptr);
+  ASSERT_EQ(kept->ptr, base);
+  kept->status = block_status::allocated;
+  expect_usable(other, kept);
+  // 270 MiB on the other stream: [40, 300) moves (thirteen large pages), 10 MiB are new.
+  block* grown = p.range.grow(270 * MiB, pool);
+  ASSERT_NE(grown, nullptr);
+  EXPECT_EQ(p.reserved.bytes(), 310 * MiB);
+  EXPECT_EQ(p.reserved.peak(), 310 * MiB);
+  EXPECT_EQ(grown->ptr, base + 40 * MiB);
+  ASSERT_NE(kept->next, nullptr);  // [30, 40) stays free and mapped, beside the block in use
+  EXPECT_EQ(kept->next->status, block_status::free);
+  EXPECT_EQ(kept->next->ptr, base + 30 * MiB);
+  EXPECT_EQ(kept->next->size, 10 * MiB);
+  expect_usable(s, grown);
+  expect_usable(other, kept);
+}
+
+TEST(GrowableRange, TheLimitRefusesABigGrowthWhole) {
+  parts p{true, false, false, 0, 20 * MiB};
+  p.reserved.set_limit(290 * MiB);
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  EXPECT_EQ(p.range.grow(300 * MiB, pool), nullptr);
+  EXPECT_TRUE(p.reserved.limit_hit());
+  EXPECT_EQ(p.reserved.bytes(), 0U);
+  EXPECT_FALSE(p.range.has_mapped_pages());
+  block* a = p.range.grow(280 * MiB, pool);  // within the limit: large pages and pages
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(p.reserved.bytes(), 280 * MiB);
+  expect_usable(s, a);
 }
 
 }  // namespace

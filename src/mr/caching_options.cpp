@@ -14,7 +14,8 @@ namespace {
 
 constexpr const char* environment_variable = "SYNCMEM_ALLOC_CONF";
 constexpr const char* known_keys =
-    "max_split_mb, expandable, limit_mb, thread_cache_mb, release_before_grow, grow_from_idle, expandable_page_mb";
+    "max_split_mb, expandable, limit_mb, thread_cache_mb, release_before_grow, grow_from_idle, expandable_page_mb, "
+    "expandable_large_page_mb";
 constexpr std::uint64_t max_split_mb_max = std::uint64_t{1} << 24;
 constexpr std::uint64_t limit_mb_max = std::uint64_t{1} << 30;
 constexpr std::uint64_t thread_cache_mb_max = 65536;
@@ -91,6 +92,8 @@ caching_options caching_options::parse(std::string_view text, std::string_view s
       o.grow_from_idle = boolean(key, value);
     } else if (key == "expandable_page_mb") {
       o.expandable_page_size = *mib(key, value, 0, expandable_page_mb_max, false);
+    } else if (key == "expandable_large_page_mb") {
+      o.expandable_large_page_size = *mib(key, value, 0, expandable_page_mb_max, false);
     } else if (key == "limit_mb") {
       o.limit = mib(key, value, 1, limit_mb_max, true);
     } else if (key == "thread_cache_mb") {
@@ -119,9 +122,10 @@ caching_options caching_options::from_environment() {
 std::string caching_options::to_string() const {
   return fmt::format(
       "max_split_mb:{},expandable:{},limit_mb:{},thread_cache_mb:{},release_before_grow:{},grow_from_idle:{},"
-      "expandable_page_mb:{}",
+      "expandable_page_mb:{},expandable_large_page_mb:{}",
       mib_text(max_split_size), expandable ? 1 : 0, mib_text(limit), mib_text(thread_cache_size),
-      release_before_grow ? 1 : 0, grow_from_idle ? 1 : 0, mib_text(expandable_page_size));
+      release_before_grow ? 1 : 0, grow_from_idle ? 1 : 0, mib_text(expandable_page_size),
+      mib_text(expandable_large_page_size));
 }
 
 }  // namespace syncmem::mr

@@ -54,12 +54,12 @@ caching_state::caching_state(device_id device, caching_options options, memory_r
       events_{device},
       pending_{events_, pools_, name_},
       segments_{device, upstream, reserved_, pools_},
-      range_{
-          device,
-          {options_.expandable, options_.release_before_grow, options_.grow_from_idle, options_.expandable_page_size},
-          name_,
-          pools_,
-          reserved_},
+      range_{device,
+             {options_.expandable, options_.release_before_grow, options_.grow_from_idle, options_.expandable_page_size,
+              options_.expandable_large_page_size},
+             name_,
+             pools_,
+             reserved_},
       caches_{id_, options_.thread_cache_size} {}
 
 void caching_state::start() {

@@ -30,6 +30,7 @@ class growable_range {
     bool release_before_grow = false;  // caching_options::release_before_grow
     bool grow_from_idle = false;       // caching_options::grow_from_idle
     std::size_t page_size = 0;         // caching_options::expandable_page_size
+    std::size_t large_page_size = 0;   // caching_options::expandable_large_page_size
   };
 
   growable_range(device_id device, settings config, std::string name, stream_pools& pools, reservation& reserved);
@@ -42,6 +43,8 @@ class growable_range {
   [[nodiscard]] bool in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
   // The size of its pages, once ready().
   [[nodiscard]] std::size_t page_size() const noexcept { return page_size_; }
+  // The size of its large pages, once ready(); 0 when it maps none.
+  [[nodiscard]] std::size_t large_page_size() const noexcept { return large_pages_ * page_size_; }
 
   // A free block of at least `key` bytes for `pool`, split to `key`, mapping
   // pages as needed; nullptr when the limit or the device refuses.
@@ -79,16 +82,33 @@ class growable_range {
   bool make_room(placement& where, std::size_t key, const stream_pool& pool);
   bool join_if_cheaper(placement& where, std::size_t key, const stream_pool& pool, std::size_t spare) const;
   block* map_hole(const placement& where, stream_pool& pool);
-  bool map_pages(std::uintptr_t at, std::vector<handle>& handles, std::size_t count);
+  // One physical allocation to map: a page, or a large page of large_pages_ pages.
+  struct unit {
+    std::uintptr_t at = 0;
+    bool large = false;
+    handle h = 0;  // 0 until made
+  };
+  bool map_stretch(std::uintptr_t at, std::size_t count);
+  std::vector<unit> plan_units(std::uintptr_t at, std::size_t count);
+  void map_units(const std::vector<unit>& units);
+  void give_back_handles(const std::vector<unit>& units) noexcept;
   void place(block* m, block* hole, std::size_t need);
   [[nodiscard]] std::uintptr_t page_boundary_below(std::uintptr_t address) const noexcept;
   [[nodiscard]] std::uintptr_t page_boundary_above(std::uintptr_t address) const noexcept;
-  [[nodiscard]] std::size_t whole_page_bytes(const block* b) const noexcept;
+  [[nodiscard]] std::size_t slot_of(std::uintptr_t address) const noexcept;
+  [[nodiscard]] std::uintptr_t large_start(std::size_t slot) const noexcept;
+  // The part of a free block whose pages can be unmapped: whole pages, and
+  // whole large pages only.
+  struct stretch {
+    std::uintptr_t start = 0, end = 0;
+    [[nodiscard]] std::size_t bytes() const noexcept { return end > start ? end - start : 0; }
+  };
+  [[nodiscard]] stretch movable(const block* b) const noexcept;
   [[nodiscard]] std::size_t idle_pages(const placement* keep) const noexcept;
   std::size_t unmap_idle(std::size_t wanted, bool keep_handles, const placement* keep, victims order);
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
   block* cut_out(block* b, std::uintptr_t start, std::uintptr_t aligned_end, std::size_t spares);
-  void unmap_page(std::uintptr_t address, bool keep_handle) noexcept;
+  void unmap_unit(std::uintptr_t address, bool keep_handle) noexcept;
   void add_unmapped(block* m);
   void release_spares() noexcept;
 
@@ -103,8 +123,11 @@ class growable_range {
   std::atomic<bool> in_use_{false};
   std::unique_ptr<segment> range_;
   std::size_t page_size_ = 0;
-  std::vector<handle> pages_;  // per page of the range; 0 = unmapped
+  std::size_t large_pages_ = 0;  // pages per large page; 0: none are made
+  std::vector<handle> pages_;    // per page of the range; 0 = unmapped (a large page's in each of its pages)
+  std::vector<bool> large_;      // per page of the range: part of a large page
   std::vector<handle> spare_pages_;
+  std::vector<handle> spare_large_;
   std::size_t mapped_pages_ = 0;
   std::set<block*, by_size_then_address> unmapped_;
 };
