@@ -652,6 +652,28 @@ TYPED_TEST(caching_test, GrowFromIdleTakesMidSizedRequestsFromTheRange) {
   }
 }
 
+// Free blocks of two streams that share a page: once the device is idle,
+// empty_cache gives that page back too (it stayed mapped for good).
+TYPED_TEST(caching_test, EmptyCacheGivesBackAPageThatFreeBlocksOfTwoStreamsShare) {
+  auto r = this->make("expandable:1,thread_cache_mb:0");
+  stream s{this->device_};
+  stream other{this->device_};
+  void* a = r->allocate(8 * MiB, other);
+  if (!r->expandable()) GTEST_SKIP() << "the device has no virtual memory management";
+  r->deallocate(a, 8 * MiB, other);
+  const std::size_t bytes = 3 * MiB + 512 * (rng()() % 2048);  // not on a page boundary
+  void* b = r->allocate(bytes, s);  // the start of other's free block: the rest stays other's
+  EXPECT_EQ(b, a);
+  const auto seed = fresh_seed();
+  device_fill_pattern(s, b, bytes, seed);
+  EXPECT_TRUE(holds_pattern(memory_kind::device, s, b, bytes, seed));
+  r->deallocate(b, bytes, s);  // s's free block ends inside the page where other's begins
+  r->empty_cache();
+  const auto st = r->statistics();
+  EXPECT_EQ(st.reserved_bytes, 0U);
+  EXPECT_EQ(st.cached_bytes, 0U);
+}
+
 // expandable_large_page_mb: a growth of 256 MiB or more is mapped in 20 MiB
 // pages, and with grow_from_idle one of them moves only when all of it is
 // idle: the one a kept block shares stays, the wholly idle ones move to

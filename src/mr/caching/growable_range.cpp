@@ -329,8 +329,8 @@ std::uintptr_t growable_range::large_start(std::size_t slot) const noexcept {
   return range_->base + round_down(slot, large_pages_) * page_size_;
 }
 
-growable_range::stretch growable_range::movable(const block* b) const noexcept {
-  stretch s{page_boundary_above(b->ptr), page_boundary_below(b->end())};
+growable_range::stretch growable_range::movable(std::uintptr_t from, std::uintptr_t to) const noexcept {
+  stretch s{page_boundary_above(from), page_boundary_below(to)};
   if (s.end <= s.start || large_pages_ == 0) return s;
   const std::size_t large = large_pages_ * page_size_;
   // A large page reaching past either end of the block stays.
@@ -345,12 +345,19 @@ growable_range::stretch growable_range::movable(const block* b) const noexcept {
 }
 
 // `keep`: the free blocks a growth extends or joins are not counted, nor taken.
+// Free blocks side by side count as one, whatever their pools, as
+// unmap_idle merges them once the device is idle (not while a capture may
+// still use memory freed on its stream).
 std::size_t growable_range::idle_pages(const placement* keep) const noexcept {
+  auto kept = [keep](const block* b) { return keep != nullptr && (b == keep->extended || b == keep->joined); };
+  auto idle = [&kept](const block* b) { return b != nullptr && b->status == block_status::free && !kept(b); };
+  const bool across = !syncmem::detail::captures_open();
   std::size_t bytes = 0;
   for (const block* b = range_->first; b != nullptr; b = b->next) {
-    if (b->status != block_status::free) continue;
-    if (keep != nullptr && (b == keep->extended || b == keep->joined)) continue;
-    bytes += movable(b).bytes();
+    if (!idle(b)) continue;
+    const std::uintptr_t start = b->ptr;
+    while (across && idle(b->next)) b = b->next;
+    bytes += movable(start, b->end()).bytes();
   }
   return bytes;
 }
@@ -361,27 +368,25 @@ std::size_t growable_range::reclaim(std::size_t wanted, bool keep_handles) {
 
 std::size_t growable_range::unmap_idle(std::size_t wanted, bool keep_handles, const placement* keep, victims order) {
   if (range_ == nullptr || wanted == 0) return 0;
+  if (idle_pages(keep) < page_size_) return 0;
+  {
+    // Free pages may still be used by work enqueued before their free.
+    device_guard guard{device_};
+    backend_.synchronize_device(index_);
+  }
+  if (!syncmem::detail::captures_open()) merge_free_neighbours(keep);
   std::vector<block*> candidates;
-  std::size_t reclaimable = 0;
   for (block* b = range_->first; b != nullptr; b = b->next) {
     if (b->status != block_status::free) continue;
     if (keep != nullptr && (b == keep->extended || b == keep->joined)) continue;
-    const std::size_t bytes = movable(b).bytes();
-    if (bytes == 0) continue;
+    if (movable(b).bytes() == 0) continue;
     candidates.push_back(b);
-    reclaimable += bytes;
   }
-  if (reclaimable < page_size_) return 0;
   // top_down: memory stays packed at the range's start.
   std::reverse(candidates.begin(), candidates.end());
   if (order == victims::smallest_first) {
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const block* a, const block* b) { return a->size < b->size; });
-  }
-  {
-    // Free pages may still be used by work enqueued before their free.
-    device_guard guard{device_};
-    backend_.synchronize_device(index_);
   }
   std::size_t done = 0;
   // A block is only split or released by its own turn, so the candidates
@@ -394,6 +399,26 @@ std::size_t growable_range::unmap_idle(std::size_t wanted, bool keep_handles, co
 
 // Unmaps the pages at the end of b's movable stretch, large pages whole,
 // until `wanted` bytes (or the stretch) are unmapped.
+// Once the device is idle, free memory serves any stream: a free block next
+// to a free block of another pool joins that pool, merged with it, so that a
+// page the two share can move. Blocks a growth keeps, and their neighbours,
+// stay as they are (merging could take their records).
+void growable_range::merge_free_neighbours(const placement* keep) noexcept {
+  auto kept = [keep](const block* b) {
+    return b != nullptr && keep != nullptr && (b == keep->extended || b == keep->joined);
+  };
+  auto free = [](const block* b) { return b != nullptr && b->status == block_status::free; };
+  for (block* b = range_->first; b != nullptr;) {
+    block* const n = b->next;
+    if (!free(b) || !free(n) || n->owner == b->owner || kept(b) || kept(n) || kept(n->next)) {
+      b = n;
+      continue;
+    }
+    n->owner->large.remove(n);
+    b = pools_.free_block(n, *b->owner);  // merges into b, and with what follows of b's pool
+  }
+}
+
 std::size_t growable_range::unmap_pages(block* b, std::size_t wanted, bool keep_handles) {
   const stretch s = movable(b);
   if (s.bytes() == 0) return 0;

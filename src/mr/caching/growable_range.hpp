@@ -103,9 +103,11 @@ class growable_range {
     std::uintptr_t start = 0, end = 0;
     [[nodiscard]] std::size_t bytes() const noexcept { return end > start ? end - start : 0; }
   };
-  [[nodiscard]] stretch movable(const block* b) const noexcept;
+  [[nodiscard]] stretch movable(const block* b) const noexcept { return movable(b->ptr, b->end()); }
+  [[nodiscard]] stretch movable(std::uintptr_t from, std::uintptr_t to) const noexcept;
   [[nodiscard]] std::size_t idle_pages(const placement* keep) const noexcept;
   std::size_t unmap_idle(std::size_t wanted, bool keep_handles, const placement* keep, victims order);
+  void merge_free_neighbours(const placement* keep) noexcept;
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
   block* cut_out(block* b, std::uintptr_t start, std::uintptr_t aligned_end, std::size_t spares);
   void unmap_unit(std::uintptr_t address, bool keep_handle) noexcept;
