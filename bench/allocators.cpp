@@ -14,8 +14,8 @@
 //     (recorded from PyTorch programs by bench/python/torch_workloads.py)
 //
 // Methods: caching, caching_expandable, caching_expandable_from_idle (grow_from_idle:1),
-// caching_expandable_from_idle_{8,20}mb (expandable_page_mb), caching_expandable_from_idle_large
-// (expandable_large_page_mb:20) (ours); cudaMalloc,
+// caching_expandable_from_idle_{8,20}mb (expandable_page_mb), caching_expandable_pages and
+// caching_expandable_from_idle_pages (expandable_large_page_mb:0) (ours); cudaMalloc,
 // cudaMallocAsync, pytorch (CUDA; or pytorch_expandable with SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1, in a process of its
 // own), rmm_pool, rmm_arena, rmm_binning, rmm_cuda_async (CUDA, where RMM is found); emulated, emulated_async
 // (emulated).
@@ -201,8 +201,9 @@ std::vector<method> methods_for(device_id device) {
     caching_with(fmt::format("caching_expandable_from_idle_{}mb", page_mb),
                  fmt::format("expandable:1,grow_from_idle:1,expandable_page_mb:{}", page_mb));
   }
-  // 2 MiB pages, and 20 MiB ones in large growths: GPT-2's big blocks in a tenth of the calls.
-  caching_with("caching_expandable_from_idle_large", "expandable:1,grow_from_idle:1,expandable_large_page_mb:20");
+  // Pages only, without the large pages of large growths (20 MiB by default).
+  caching_with("caching_expandable_pages", "expandable:1,expandable_large_page_mb:0");
+  caching_with("caching_expandable_from_idle_pages", "expandable:1,grow_from_idle:1,expandable_large_page_mb:0");
   if (device.kind() == device_kind::cuda) {
     methods.push_back({"cudaMalloc", [](device_id d, bool replay) {
                          return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_resource>(d), replay);

@@ -14,8 +14,9 @@ Modes (each in a process of its own, set before CUDA is touched):
   syncmem-default     syncmem.torch.enable() before any CUDA allocation
   syncmem-expandable  the same with SYNCMEM_ALLOC_CONF=expandable:1
   syncmem-from-idle   the same with SYNCMEM_ALLOC_CONF=expandable:1,grow_from_idle:1
-Two more on request (--modes), the same with larger pages:
+More on request (--modes), syncmem-from-idle with larger pages:
   syncmem-from-idle-8mb, syncmem-from-idle-20mb   ...,expandable_page_mb:8 (20)
+  syncmem-from-idle-pages                         ...,expandable_large_page_mb:0 (pages only)
 
 The driver runs every (workload, mode) pair in --processes rounds, the modes
 alternating process by process so that drift of the machine does not pick a
@@ -44,7 +45,11 @@ import sys
 import time
 
 MODES = ("torch-default", "torch-expandable", "syncmem-default", "syncmem-expandable", "syncmem-from-idle")
-PAGE_MODES = {"syncmem-from-idle-8mb": 8, "syncmem-from-idle-20mb": 20}
+PAGE_MODES = {
+    "syncmem-from-idle-8mb": "expandable_page_mb:8",
+    "syncmem-from-idle-20mb": "expandable_page_mb:20",
+    "syncmem-from-idle-pages": "expandable_large_page_mb:0",
+}
 WORKLOADS = ("gpt2", "resnet50", "infer")
 REPLAY_FORMAT_LINE = "# syncmem.replay/1"
 
@@ -60,7 +65,7 @@ def mode_environment(mode: str) -> dict[str, str]:
     elif mode == "syncmem-from-idle":
         env["SYNCMEM_ALLOC_CONF"] = "expandable:1,grow_from_idle:1"
     elif mode in PAGE_MODES:
-        env["SYNCMEM_ALLOC_CONF"] = f"expandable:1,grow_from_idle:1,expandable_page_mb:{PAGE_MODES[mode]}"
+        env["SYNCMEM_ALLOC_CONF"] = f"expandable:1,grow_from_idle:1,{PAGE_MODES[mode]}"
     return env
 
 

@@ -26,7 +26,7 @@ namespace syncmem::mr {
 /// | `release_before_grow` | 0, 1, false, true          | release_before_grow |
 /// | `grow_from_idle`  | 0, 1, false, true              | grow_from_idle |
 /// | `expandable_page_mb` | MiB (0..1024), 0: the device's granularity | expandable_page_size |
-/// | `expandable_large_page_mb` | MiB (0..1024), 0: none | expandable_large_page_size |
+/// | `expandable_large_page_mb` | MiB (0..1024, default 20), 0: none | expandable_large_page_size |
 ///
 /// e.g. `SYNCMEM_ALLOC_CONF=max_split_mb:256,expandable:1,limit_mb:4096`.
 struct caching_options {
@@ -73,13 +73,13 @@ struct caching_options {
   /// and moving memory that many times cheaper; idle memory is then given
   /// back or moved in whole pages only.
   std::size_t expandable_page_size = 0;
-  /// @brief Growable range only: where a growth maps a whole aligned stretch
-  /// of this size (rounded up to a multiple of the page size), one physical
-  /// allocation of this size is mapped there instead of that many pages, so
-  /// large growths cost a fraction of the driver calls; the rest of the
-  /// growth is mapped in pages. A large page is unmapped or moved only when
-  /// all of it is idle. 0 (or no larger than a page): pages only.
-  std::size_t expandable_large_page_size = 0;
+  /// @brief Growable range only: a growth of 256 MiB or more is mapped in
+  /// physical allocations of this size (rounded up to a multiple of the page
+  /// size) wherever a whole one fits aligned, and in pages at its ends, so
+  /// large growths cost a fraction of the driver calls. A large page is
+  /// unmapped or moved only when all of it is idle. 0 (or no larger than a
+  /// page): pages only.
+  std::size_t expandable_large_page_size = std::size_t{20} << 20;
 
   /// @brief Parses `text` (see the class comment). `source` names where the
   /// text came from in error messages.
@@ -92,7 +92,7 @@ struct caching_options {
   [[nodiscard]] static std::optional<std::string> environment_text();
 
   /// @brief Every key with its value, in a form parse() reads back:
-  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1,grow_from_idle:0,expandable_page_mb:0,expandable_large_page_mb:0".
+  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1,grow_from_idle:0,expandable_page_mb:0,expandable_large_page_mb:20".
   [[nodiscard]] std::string to_string() const;
 
   friend bool operator==(const caching_options&, const caching_options&) = default;
