@@ -397,8 +397,6 @@ std::size_t growable_range::unmap_idle(std::size_t wanted, bool keep_handles, co
   return done;
 }
 
-// Unmaps the pages at the end of b's movable stretch, large pages whole,
-// until `wanted` bytes (or the stretch) are unmapped.
 // Once the device is idle, free memory serves any stream: a free block next
 // to a free block of another pool joins that pool, merged with it, so that a
 // page the two share can move. Blocks a growth keeps, and their neighbours,
@@ -419,6 +417,8 @@ void growable_range::merge_free_neighbours(const placement* keep) noexcept {
   }
 }
 
+// Unmaps the pages at the end of b's movable stretch, large pages whole,
+// until `wanted` bytes (or the stretch) are unmapped.
 std::size_t growable_range::unmap_pages(block* b, std::size_t wanted, bool keep_handles) {
   const stretch s = movable(b);
   if (s.bytes() == 0) return 0;

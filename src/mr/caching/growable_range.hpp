@@ -2,7 +2,8 @@
 
 // The growable range of a caching allocator (expandable segments): one
 // reserved virtual address range, twice the device's memory, with physical
-// pages mapped where blocks need them and unmapped when memory is given back.
+// pages mapped where blocks need them (large pages in large growths) and
+// unmapped when memory is given back.
 // Its blocks belong to the large pools like those of ordinary segments; the
 // unmapped stretches between them are blocks too, kept by size. Not
 // thread-safe: the allocator calls it under its lock.
