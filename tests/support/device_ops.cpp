@@ -16,10 +16,7 @@ namespace syncmem::test {
 
 void device_fill_pattern(stream_view s, void* p, std::size_t bytes, std::uint64_t seed) {
   if (s.device().kind() == device_kind::cuda) return cuda_ops::fill_pattern(s, p, bytes, seed);
-  s.launch_host_func([p, bytes, seed] {
-    auto* b = static_cast<std::uint8_t*>(p);
-    for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern_byte(seed, i);
-  });
+  s.launch_host_func([p, bytes, seed] { write_pattern(static_cast<std::uint8_t*>(p), bytes, seed); });
 }
 
 std::vector<std::uint8_t> read_device(stream_view s, const void* p, std::size_t n) {

@@ -40,8 +40,7 @@ inline void fill_pattern(memory_kind kind, stream_view s, void* p, std::size_t n
   if (kind == memory_kind::device) {
     device_fill_pattern(s, p, n, seed);
   } else {
-    auto* b = static_cast<std::uint8_t*>(p);
-    for (std::size_t i = 0; i < n; ++i) b[i] = pattern_byte(seed, i);
+    write_pattern(static_cast<std::uint8_t*>(p), n, seed);
   }
 }
 
@@ -55,11 +54,9 @@ inline ::testing::AssertionResult holds_pattern(memory_kind kind, stream_view s,
     s.synchronize();
     std::memcpy(copy.data(), p, n);
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    if (copy[i] != pattern_byte(seed, i)) {
-      return ::testing::AssertionFailure()
-             << "byte " << i << " of " << n << " is " << int{copy[i]} << ", expected " << int{pattern_byte(seed, i)};
-    }
+  if (const std::size_t i = pattern_mismatch(copy.data(), n, seed); i != n) {
+    return ::testing::AssertionFailure() << "byte " << i << " of " << n << " is " << int{copy[i]} << ", expected "
+                                         << int{pattern_byte(seed, i)};
   }
   return ::testing::AssertionSuccess();
 }
