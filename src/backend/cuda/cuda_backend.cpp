@@ -333,7 +333,10 @@ class backend_impl final : public backend {
 
   void destroy_stream(int, CUstream_st* s) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(s)); }
   CUstream_st* default_stream(int) override { return nullptr; }  // the legacy default stream
-  void synchronize_stream(int, CUstream_st* s) override { SYNCMEM_CUDA_TRY(cudaStreamSynchronize(native(s))); }
+  void synchronize_stream(int, CUstream_st* s) override {
+    if (const auto sync = driver().stream_synchronize; sync != nullptr && sync(s) == CUDA_SUCCESS) return;
+    SYNCMEM_CUDA_TRY(cudaStreamSynchronize(native(s)));
+  }
 
   bool stream_ready(int, CUstream_st* s) override {
     const cudaError_t status = cudaStreamQuery(native(s));
@@ -358,6 +361,12 @@ class backend_impl final : public backend {
 
   void memcpy_async(void* dst, const void* src, std::size_t bytes, int, CUstream_st* s) override {
     if (bytes == 0) return;
+    // With unified addressing, cudaMemcpyDefault's copy; the runtime's where it fails (see driver_api.hpp).
+    if (const auto copy = driver().memcpy_async;
+        copy != nullptr &&
+        copy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, s) == CUDA_SUCCESS) {
+      return;
+    }
     SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(s)));
   }
 
@@ -408,6 +417,10 @@ class backend_impl final : public backend {
   }
 
   bool stream_capturing(int, CUstream_st* s) override {
+    if (const auto query = driver().stream_is_capturing) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      if (query(s, &status) == CUDA_SUCCESS) return status != CU_STREAM_CAPTURE_STATUS_NONE;
+    }
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     SYNCMEM_CUDA_TRY(cudaStreamIsCapturing(native(s), &status));
     return status != cudaStreamCaptureStatusNone;
@@ -483,7 +496,10 @@ class backend_impl final : public backend {
   }
 
   void destroy_event(int, CUevent_st* e) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(e)); }
-  void record_event(int, CUevent_st* e, CUstream_st* s) override { SYNCMEM_CUDA_TRY(cudaEventRecord(e, s)); }
+  void record_event(int, CUevent_st* e, CUstream_st* s) override {
+    if (const auto record = driver().event_record; record != nullptr && record(e, s) == CUDA_SUCCESS) return;
+    SYNCMEM_CUDA_TRY(cudaEventRecord(e, s));
+  }
 
   bool event_ready(int, CUevent_st* e) override {
     const cudaError_t status = cudaEventQuery(native(e));

@@ -41,6 +41,10 @@ const driver_api& driver() noexcept {
     ok &= load(a.get_error_name, "cuGetErrorName", 6000);
     ok &= load(a.get_error_string, "cuGetErrorString", 6000);
     a.loaded = ok;
+    load(a.memcpy_async, "cuMemcpyAsync", 4000);
+    load(a.event_record, "cuEventRecord", 2000);
+    load(a.stream_is_capturing, "cuStreamIsCapturing", 10000);
+    load(a.stream_synchronize, "cuStreamSynchronize", 2000);
     return a;
   }();
   return api;

@@ -1,9 +1,9 @@
 #pragma once
 
-// The few CUDA driver API functions syncmem uses (the virtual memory API and
-// pointer ranges), reached through cudaGetDriverEntryPointByVersion so that
-// the library never links libcuda: a binary must start on machines without a
-// driver too.
+// The few CUDA driver API functions syncmem uses (the virtual memory API,
+// pointer ranges, and the calls of every small copy), reached through
+// cudaGetDriverEntryPointByVersion so that the library never links libcuda: a
+// binary must start on machines without a driver too.
 
 #include <cuda.h>
 
@@ -26,6 +26,17 @@ struct driver_api {
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
   bool loaded = false;  // every pointer above was found
+  // The calls each small copy makes, straight to the driver: the runtime's
+  // wrappers cost about 0.1 us each (H200), a tenth of a synced round trip of
+  // 4 B. The backend makes the runtime's own call where one of them is null
+  // (`loaded` does not count them) or fails: on a thread the runtime has not
+  // bound a context to yet (CUDA_ERROR_INVALID_CONTEXT), and for errors, which
+  // syncmem reports by the runtime's names. A failed call enqueued nothing,
+  // so making it again is safe.
+  CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;
+  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
+  CUresult (*stream_synchronize)(CUstream) = nullptr;
 };
 
 // Loaded on first use; `loaded` is false where the driver lacks any of them.
