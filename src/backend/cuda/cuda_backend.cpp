@@ -36,6 +36,16 @@ namespace {
 cudaStream_t native(CUstream_st* s) noexcept { return s; }
 cudaEvent_t native(CUevent_st* e) noexcept { return e; }
 
+// Whether a driver call with a runtime twin did the work (see driver_api.hpp):
+// false where no context is current on this thread yet, for the runtime's
+// call to bind one and do it; other errors are thrown, under the runtime's
+// name for the code (the runtime's codes are the driver's).
+bool driver_did(CUresult status, const char* call, int line) {
+  if (status == CUDA_SUCCESS) return true;
+  if (status == CUDA_ERROR_INVALID_CONTEXT) return false;
+  syncmem::detail::throw_cuda_error(static_cast<int>(status), call, __FILE__, line);
+}
+
 // A PCIe link speed as sysfs writes it ("32.0 GT/s PCIe") to a generation.
 int pcie_generation_of(const std::string& speed) {
   const double gts = std::atof(speed.c_str());
@@ -334,7 +344,8 @@ class backend_impl final : public backend {
   void destroy_stream(int, CUstream_st* s) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(s)); }
   CUstream_st* default_stream(int) override { return nullptr; }  // the legacy default stream
   void synchronize_stream(int, CUstream_st* s) override {
-    if (const auto sync = driver().stream_synchronize; sync != nullptr && sync(s) == CUDA_SUCCESS) return;
+    const auto sync = driver().stream_synchronize;
+    if (sync != nullptr && driver_did(sync(s), "cuStreamSynchronize(s)", __LINE__)) return;
     SYNCMEM_CUDA_TRY(cudaStreamSynchronize(native(s)));
   }
 
@@ -361,10 +372,10 @@ class backend_impl final : public backend {
 
   void memcpy_async(void* dst, const void* src, std::size_t bytes, int, CUstream_st* s) override {
     if (bytes == 0) return;
-    // With unified addressing, cudaMemcpyDefault's copy; the runtime's where it fails (see driver_api.hpp).
-    if (const auto copy = driver().memcpy_async;
-        copy != nullptr &&
-        copy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, s) == CUDA_SUCCESS) {
+    const auto copy = driver().memcpy_async;  // with unified addressing, cudaMemcpyDefault's copy
+    if (copy != nullptr &&
+        driver_did(copy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, s),
+                   "cuMemcpyAsync(dst, src, bytes, s)", __LINE__)) {
       return;
     }
     SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(s)));
@@ -419,7 +430,9 @@ class backend_impl final : public backend {
   bool stream_capturing(int, CUstream_st* s) override {
     if (const auto query = driver().stream_is_capturing) {
       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-      if (query(s, &status) == CUDA_SUCCESS) return status != CU_STREAM_CAPTURE_STATUS_NONE;
+      if (driver_did(query(s, &status), "cuStreamIsCapturing(s, &status)", __LINE__)) {
+        return status != CU_STREAM_CAPTURE_STATUS_NONE;
+      }
     }
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     SYNCMEM_CUDA_TRY(cudaStreamIsCapturing(native(s), &status));
@@ -497,7 +510,8 @@ class backend_impl final : public backend {
 
   void destroy_event(int, CUevent_st* e) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(e)); }
   void record_event(int, CUevent_st* e, CUstream_st* s) override {
-    if (const auto record = driver().event_record; record != nullptr && record(e, s) == CUDA_SUCCESS) return;
+    const auto record = driver().event_record;
+    if (record != nullptr && driver_did(record(e, s), "cuEventRecord(e, s)", __LINE__)) return;
     SYNCMEM_CUDA_TRY(cudaEventRecord(e, s));
   }
 

@@ -27,12 +27,12 @@ struct driver_api {
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
   bool loaded = false;  // every pointer above was found
   // The calls each small copy makes, straight to the driver: the runtime's
-  // wrappers cost about 0.1 us each (H200), a tenth of a synced round trip of
-  // 4 B. The backend makes the runtime's own call where one of them is null
-  // (`loaded` does not count them) or fails: on a thread the runtime has not
-  // bound a context to yet (CUDA_ERROR_INVALID_CONTEXT), and for errors, which
-  // syncmem reports by the runtime's names. A failed call enqueued nothing,
-  // so making it again is safe.
+  // wrappers cost about 0.1 us each (H200), and a synced round trip of 4 B
+  // (about 8 us) makes six of these calls. The backend makes the runtime's
+  // own call instead where one of them is null (`loaded` does not count
+  // them), and where it fails with CUDA_ERROR_INVALID_CONTEXT: on a thread
+  // the runtime has not bound a context to yet, which the runtime's call does.
+  // A failed call enqueued nothing, so making it again is safe.
   CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*event_record)(CUevent, CUstream) = nullptr;
   CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
