@@ -41,6 +41,15 @@ void expect_usable(stream_view s, const block* b) {
   EXPECT_TRUE(syncmem::test::holds_pattern(memory_kind::device, s, p, b->size, seed));
 }
 
+// A growth of `bytes` past the limit is refused whole: nothing reserved, no page mapped.
+void expect_refused(parts& p, stream_pool& pool, std::size_t bytes) {
+  ASSERT_TRUE(p.range.ready());
+  EXPECT_EQ(p.range.grow(bytes, pool), nullptr);
+  EXPECT_TRUE(p.reserved.limit_hit());
+  EXPECT_EQ(p.reserved.bytes(), 0U);
+  EXPECT_FALSE(p.range.has_mapped_pages());
+}
+
 TEST(GrowableRange, OffUnlessAskedFor) {
   parts p{false};
   EXPECT_FALSE(p.range.ready());
@@ -93,12 +102,7 @@ TEST(GrowableRange, TheLimitRefusesNewPages) {
   parts p;
   p.reserved.set_limit(4 * MiB);
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-  ASSERT_TRUE(p.range.ready());
-  EXPECT_EQ(p.range.grow(64 * MiB, pool), nullptr);
-  EXPECT_TRUE(p.reserved.limit_hit());
-  EXPECT_EQ(p.reserved.bytes(), 0U);
-  EXPECT_FALSE(p.range.has_mapped_pages());
+  expect_refused(p, p.pools.pool_for(s.view().native_handle()), 64 * MiB);
 }
 
 TEST(GrowableRange, IdlePagesMoveWhereGrowthNeedsThem) {
@@ -313,11 +317,7 @@ TEST(GrowableRange, TheLimitRefusesABigGrowthWhole) {
   p.reserved.set_limit(290 * MiB);
   stream s{device};
   stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-  ASSERT_TRUE(p.range.ready());
-  EXPECT_EQ(p.range.grow(300 * MiB, pool), nullptr);
-  EXPECT_TRUE(p.reserved.limit_hit());
-  EXPECT_EQ(p.reserved.bytes(), 0U);
-  EXPECT_FALSE(p.range.has_mapped_pages());
+  expect_refused(p, pool, 300 * MiB);
   block* a = p.range.grow(280 * MiB, pool);  // within the limit: large pages and pages
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(p.reserved.bytes(), 280 * MiB);
