@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "device_ops.hpp"
 #include "syncmem/stream.hpp"
@@ -69,6 +72,32 @@ TYPED_TEST(EventPool, RecordingAReusedEventKeepsEarlierWaits) {
     slow.synchronize();
     pool.release_completed(std::move(second));
   }
+}
+
+// Each thread keeps a few events it gave back for itself (CUDA); when it ends
+// they go to the shared pool, none lost: a new thread then gets every event
+// the first gave back, more than it keeps included.
+TYPED_TEST(EventPool, EventsAThreadKeepsGoToThePoolWhenItEnds) {
+  auto& pool = event_pool::instance();
+  const device_id d = this->dev();
+  constexpr std::size_t count = 6;
+  auto take_and_give_back = [&pool, d] {
+    std::vector<event> events;
+    std::vector<const void*> handles;
+    for (std::size_t i = 0; i < count; ++i) {
+      events.push_back(pool.acquire(d));
+      handles.push_back(events.back().native_handle());
+    }
+    for (event& e : events) pool.release_completed(std::move(e));
+    std::sort(handles.begin(), handles.end());
+    return handles;
+  };
+  std::vector<const void*> first;
+  std::thread{[&] { first = take_and_give_back(); }}.join();
+  std::vector<const void*> second;
+  std::thread{[&] { second = take_and_give_back(); }}.join();
+  EXPECT_EQ(std::adjacent_find(first.begin(), first.end()), first.end()) << "an event handed out twice at once";
+  EXPECT_EQ(second, first);
 }
 
 }  // namespace

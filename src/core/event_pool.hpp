@@ -8,7 +8,8 @@
 // wait on it queued. An emulated one is handed out again only once it has
 // completed, so that recording it anew can never release such a wait early
 // (the emulated backend counts records per event, not per stream); a CUDA one
-// at once, since CUDA ties each wait to the record it saw.
+// at once, since CUDA ties each wait to the record it saw. Each thread keeps a
+// few CUDA events of its own before giving them to the shared pool.
 
 #include <deque>
 #include <map>

@@ -215,6 +215,13 @@ class backend_impl final : public backend {
   void synchronize_device(int) override { SYNCMEM_CUDA_TRY(cudaDeviceSynchronize()); }
   void make_current(int index) override { SYNCMEM_CUDA_TRY(cudaSetDevice(index)); }
   int current_index() override {
+    // The device of the context current on this thread is the runtime's
+    // current device; without one, the runtime's own answer (device 0 or the
+    // one set last).
+    if (const auto get = driver().ctx_get_device; get != nullptr) {
+      CUdevice device = 0;
+      if (get(&device) == CUDA_SUCCESS) return static_cast<int>(device);
+    }
     int index = 0;
     SYNCMEM_CUDA_TRY(cudaGetDevice(&index));
     return index;

@@ -45,6 +45,7 @@ const driver_api& driver() noexcept {
     load(a.event_record, "cuEventRecord", 2000);
     load(a.stream_is_capturing, "cuStreamIsCapturing", 10000);
     load(a.stream_synchronize, "cuStreamSynchronize", 2000);
+    load(a.ctx_get_device, "cuCtxGetDevice", 2000);
     return a;
   }();
   return api;

@@ -37,6 +37,10 @@ struct driver_api {
   CUresult (*event_record)(CUevent, CUstream) = nullptr;
   CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
   CUresult (*stream_synchronize)(CUstream) = nullptr;
+  // The current device, read by every outermost device_guard: a fifth of
+  // cudaGetDevice's cost (H200). Fails where no context is current, where the
+  // runtime's call answers instead.
+  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
 };
 
 // Loaded on first use; `loaded` is false where the driver lacks any of them.
