@@ -226,7 +226,7 @@ TYPED_TEST(SyncedMemory, PrefetchesDoNotBlockAndAreNeverClaimedSyncedEarly) {
 TYPED_TEST(SyncedMemory, ADeviceAccessIsSyncedInStreamOrderAtOnce) {
   SYNCMEM_REQUIRE_STREAM_HOLDS();
   test::scoped_emulated_delay delay{std::chrono::microseconds{100}};
-  const std::size_t n = 4096;
+  const std::size_t n = 65'536;  // above the uploads that read the host side at once (tested below)
   const auto seed = test::fresh_seed();
   stream s{this->dev()};
   synced_memory m{n, this->dev()};
@@ -617,6 +617,48 @@ TYPED_TEST(SyncedMemory, CaffeHostWriteRightAfterAsyncPushDoesNotRace) {
   backend.deallocate(this->dev().index(), snapshot, n);
 }
 
+// A device access's upload of at most 4 KiB has read the host side when it
+// returns (CUDA): a host write right after waits for nothing queued on the
+// stream. A larger upload, and every upload on an emulated device, is waited
+// for first. Either way the device gets the bytes of the access, and the
+// write's bytes reach the device at the next access.
+TYPED_TEST(SyncedMemory, AHostWriteAfterASmallDeviceAccessWaitsForNothingQueued) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  test::scoped_emulated_delay delay{std::chrono::microseconds{50}};
+  for (const std::size_t n : {std::size_t{1}, std::size_t{4}, std::size_t{1'000}, std::size_t{4'095},
+                              std::size_t{4'096}, std::size_t{4'097}, std::size_t{65'536}}) {
+    SCOPED_TRACE(n);
+    const bool read_at_return = this->is_cuda() && n <= 4'096;
+    const auto old_bytes = test::random_bytes(n);
+    const auto new_bytes = test::random_bytes(n);
+    stream s{this->dev()};
+    synced_memory m{n, this->dev()};
+    std::memcpy(m.mutable_host_data(), old_bytes.data(), n);
+    test::stream_latch hold{s};
+    const void* d = m.device_data(s);
+    // What the upload delivered, captured in stream order right behind it.
+    device_guard guard{this->dev()};
+    auto& backend = detail::backend_for(this->dev());
+    void* snapshot = backend.allocate(this->dev().index(), n);
+    backend.memcpy_async(snapshot, d, n, this->dev().index(), s.view().native_handle());
+    EXPECT_EQ(m.ready(), read_at_return) << "whether a copy still reads the host side";
+    std::atomic<bool> released{false};
+    auto writer = std::async(std::launch::async, [&] {
+      std::memcpy(m.mutable_host_data(), new_bytes.data(), n);
+      return !released.load();
+    });
+    if (read_at_return) (void)writer.wait_for(std::chrono::seconds{20});
+    released = true;
+    hold.release();
+    EXPECT_EQ(writer.get(), read_at_return) << "whether the write returned while the stream was held";
+    EXPECT_EQ(read_device(s, snapshot, n), old_bytes);
+    EXPECT_EQ(m.state(), sync_state::at_host);
+    EXPECT_EQ(read_device(s, m.device_data(s), n), new_bytes);
+    EXPECT_EQ(host_bytes(m), new_bytes);
+    backend.deallocate(this->dev().index(), snapshot, n);
+  }
+}
+
 // MixMemory has no "both valid" state and copies on every switch of side.
 TYPED_TEST(SyncedMemory, MixMemorySwitchingSidesWhenBothAreValidCopiesNothing) {
   synced_memory m{4096, this->dev()};
@@ -891,39 +933,43 @@ TYPED_TEST(SyncedMemory, BatchedPrefetchFailureChangesNoState) {
 // the host side then, and downloads the result into it (docs/graphs.md).
 TYPED_TEST(SyncedMemory, TransfersOnACapturingStreamAreRecordedAndReplayed) {
   test::scoped_emulated_delay delay{std::chrono::microseconds{20}};
-  stream s{this->dev()};
-  const std::size_t n = 50'021;
-  const auto delta = static_cast<std::uint8_t>(test::rng()() | 1u);
-  synced_memory m{n, this->dev(), {.label = "captured"}};
-  (void)m.mutable_device_data(s);  // the device side exists, and s is the buffer's stream
-  auto* host = static_cast<std::uint8_t*>(m.mutable_host_data());
-  ASSERT_EQ(m.state(), sync_state::at_host);
-  const transfer_counters before = m.counters();
+  // 1,000 bytes: outside a capture, its upload would go through pageable
+  // memory, which a graph cannot record.
+  for (const std::size_t n : {std::size_t{1'000}, std::size_t{50'021}}) {
+    SCOPED_TRACE(n);
+    stream s{this->dev()};
+    const auto delta = static_cast<std::uint8_t>(test::rng()() | 1u);
+    synced_memory m{n, this->dev(), {.label = "captured"}};
+    (void)m.mutable_device_data(s);  // the device side exists, and s is the buffer's stream
+    auto* host = static_cast<std::uint8_t*>(m.mutable_host_data());
+    ASSERT_EQ(m.state(), sync_state::at_host);
+    const transfer_counters before = m.counters();
 
-  graph_pool pool;
-  begin_capture(s, pool);
-  void* device = m.mutable_device_data(s);
-  EXPECT_EQ(m.state(), sync_state::at_device);
-  test::device_add_bytes(s, device, n, delta);
-  EXPECT_EQ(m.host_data(), host);
-  EXPECT_EQ(m.state(), sync_state::synced) << "the state the captured work leaves";
-  graph step = end_capture(s);
-  EXPECT_EQ(m.counters().to_device_copies, before.to_device_copies + 1);
-  EXPECT_EQ(m.counters().to_host_copies, before.to_host_copies + 1);
-  EXPECT_EQ(pool.reserved_bytes(), 0u) << "the buffer allocated nothing in the capture";
+    graph_pool pool;
+    begin_capture(s, pool);
+    void* device = m.mutable_device_data(s);
+    EXPECT_EQ(m.state(), sync_state::at_device);
+    test::device_add_bytes(s, device, n, delta);
+    EXPECT_EQ(m.host_data(), host);
+    EXPECT_EQ(m.state(), sync_state::synced) << "the state the captured work leaves";
+    graph step = end_capture(s);
+    EXPECT_EQ(m.counters().to_device_copies, before.to_device_copies + 1);
+    EXPECT_EQ(m.counters().to_host_copies, before.to_host_copies + 1);
+    EXPECT_EQ(pool.reserved_bytes(), 0u) << "the buffer allocated nothing in the capture";
 
-  for (int round = 0; round < 15; ++round) {
-    const auto source = test::random_bytes(n);
-    std::memcpy(host, source.data(), n);  // fresh inputs where the graph reads them
-    step.launch(s);
-    s.synchronize();
-    for (std::size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(host[i], static_cast<std::uint8_t>(source[i] + delta)) << "launch " << round << ", byte " << i;
+    for (int round = 0; round < 15; ++round) {
+      const auto source = test::random_bytes(n);
+      std::memcpy(host, source.data(), n);  // fresh inputs where the graph reads them
+      step.launch(s);
+      s.synchronize();
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(host[i], static_cast<std::uint8_t>(source[i] + delta)) << "launch " << round << ", byte " << i;
+      }
+      ASSERT_EQ(read_device(s, device, n), std::vector<std::uint8_t>(host, host + n)) << "launch " << round;
     }
-    ASSERT_EQ(read_device(s, device, n), std::vector<std::uint8_t>(host, host + n)) << "launch " << round;
+    EXPECT_EQ(m.state(), sync_state::synced);
+    EXPECT_EQ(m.device_data(s), device);
   }
-  EXPECT_EQ(m.state(), sync_state::synced);
-  EXPECT_EQ(m.device_data(s), device);
 }
 
 // A buffer first used on a capturing stream takes its device side from the

@@ -229,7 +229,11 @@ class synced_memory {
   /// @brief Starts bringing the host side up to date on `s`, without blocking.
   void prefetch_to_host(stream_view s);
   void prefetch_to_host();
-  /// @brief Whether no copy started by the buffer is still in flight.
+  /// @brief Whether no copy started by the buffer still reads or writes its
+  /// host side: whether a host access would not wait for one. (The device side
+  /// needs no asking: it is up to date in order on its stream.) A device
+  /// access's upload of at most 4 KiB on a CUDA device has read the host side
+  /// when it returns; a prefetch's copy counts until it has completed.
   [[nodiscard]] bool ready() const;
   /// @brief Waits for copies in flight and for all work on the stream of the
   /// last device-side use.

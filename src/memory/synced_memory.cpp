@@ -259,6 +259,15 @@ void synced_memory::to_device(stream_view s, bool prefetch) {
     case sync_state::at_host:
       if (size_ == 0) break;
       if (device_side_.ptr == nullptr) device_side_ = allocate_device(capacity_, s);
+      // A small upload that a device access starts reads the host side before
+      // it returns: a host write next need not wait for it. A prefetch keeps
+      // its event, which ready() and state() ask.
+      if (!prefetch && (host_.kind == memory_kind::pinned_host || host_.kind == memory_kind::pageable_host) &&
+          detail::upload_read_at_return(device_side_.ptr, host_.ptr, size_, s)) {
+        copy_started(transfer{}, in_flight::to_device, false);
+        in_flight_ = in_flight::none;
+        break;
+      }
       start_copy(s, in_flight::to_device, prefetch);
       break;
     case sync_state::at_device:

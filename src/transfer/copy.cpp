@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -873,6 +875,16 @@ void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* sr
     return;
   }
   copy_async_known(dst, dst_kind, src, src_kind, bytes, stream).wait();
+}
+
+bool detail::upload_read_at_return(void* dst, const void* src, std::size_t bytes, stream_view stream) {
+  if (bytes == 0 || bytes > read_at_return_upload_limit || stream.device().kind() != device_kind::cuda) return false;
+  const device_guard guard{stream.device()};
+  if (capturing(stream)) return false;
+  thread_local std::array<std::byte, read_at_return_upload_limit> scratch;  // pageable: the driver reads it at once
+  std::memcpy(scratch.data(), src, bytes);
+  enqueue_copy(dst, scratch.data(), bytes, stream);
+  return true;
 }
 
 void detail::finish_completed(transfer& t) noexcept { transfer_access::finish_completed(t); }
