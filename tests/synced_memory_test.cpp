@@ -618,9 +618,9 @@ TYPED_TEST(SyncedMemory, CaffeHostWriteRightAfterAsyncPushDoesNotRace) {
 }
 
 // A device access's upload of at most 4 KiB has read the host side when it
-// returns (CUDA): a host write right after waits for nothing queued on the
-// stream. A larger upload, and every upload on an emulated device, is waited
-// for first. Either way the device gets the bytes of the access, and the
+// returns (CUDA, without ATS): a host write right after waits for nothing
+// queued on the stream. A larger upload, and every upload on an emulated
+// device, is waited for first. Either way the device gets the bytes of the access, and the
 // write's bytes reach the device at the next access.
 TYPED_TEST(SyncedMemory, AHostWriteAfterASmallDeviceAccessWaitsForNothingQueued) {
   SYNCMEM_REQUIRE_STREAM_HOLDS();
@@ -628,7 +628,8 @@ TYPED_TEST(SyncedMemory, AHostWriteAfterASmallDeviceAccessWaitsForNothingQueued)
   for (const std::size_t n : {std::size_t{1}, std::size_t{4}, std::size_t{1'000}, std::size_t{4'095},
                               std::size_t{4'096}, std::size_t{4'097}, std::size_t{65'536}}) {
     SCOPED_TRACE(n);
-    const bool read_at_return = this->is_cuda() && n <= 4'096;
+    const bool read_at_return =
+        n <= 4'096 && detail::backend_for(this->dev()).pageable_uploads_read_at_return(this->dev().index());
     const auto old_bytes = test::random_bytes(n);
     const auto new_bytes = test::random_bytes(n);
     stream s{this->dev()};

@@ -230,10 +230,11 @@ class synced_memory {
   void prefetch_to_host(stream_view s);
   void prefetch_to_host();
   /// @brief Whether no copy started by the buffer still reads or writes its
-  /// host side: whether a host access would not wait for one. (The device side
-  /// needs no asking: it is up to date in order on its stream.) A device
-  /// access's upload of at most 4 KiB on a CUDA device has read the host side
-  /// when it returns; a prefetch's copy counts until it has completed.
+  /// host side: whether a host access would not wait for one. (The device
+  /// side needs no asking: it is up to date in order on its stream.) A device
+  /// access's upload of at most 4 KiB on a CUDA device (without ATS) has read
+  /// the host side when it returns; a prefetch's copy counts until it has
+  /// completed.
   [[nodiscard]] bool ready() const;
   /// @brief Waits for copies in flight and for all work on the stream of the
   /// last device-side use.

@@ -17,6 +17,7 @@ bool backend::copy_kernel_batch(void* const*, const void* const*, const std::siz
 }
 
 bool backend::stream_capturing(int, CUstream_st*) { return false; }
+bool backend::pageable_uploads_read_at_return(int) { return false; }
 
 namespace {
 [[noreturn]] void refuse_capture(const char* operation) {

@@ -118,6 +118,13 @@ class backend {
   // Whether `s` is being captured into a graph (cudaStreamIsCapturing); false
   // where the backend cannot capture.
   [[nodiscard]] virtual bool stream_capturing(int index, CUstream_st* s);
+  // Whether memcpy_async from pageable host memory to device `index` has read
+  // its source when it returns (CUDA's driver copies it into its own staging
+  // at the call). False where that is not promised: the base class, whose
+  // copies may read their sources later, and devices that reach pageable
+  // memory through the host's page tables (ATS), where the driver may read it
+  // in stream order.
+  [[nodiscard]] virtual bool pageable_uploads_read_at_return(int index);
 
   // Stream capture (see include/syncmem/graph.hpp). While `s` is captured the
   // work enqueued on it is recorded, not run. end_capture returns an

@@ -878,9 +878,10 @@ void detail::copy_known_and_wait(void* dst, memory_kind dst_kind, const void* sr
 }
 
 bool detail::upload_read_at_return(void* dst, const void* src, std::size_t bytes, stream_view stream) {
-  if (bytes == 0 || bytes > read_at_return_upload_limit || stream.device().kind() != device_kind::cuda) return false;
+  if (bytes == 0 || bytes > read_at_return_upload_limit) return false;
   const device_guard guard{stream.device()};
-  if (capturing(stream)) return false;
+  auto& backend = detail::backend_for(stream.device());
+  if (!backend.pageable_uploads_read_at_return(stream.device().index()) || capturing(stream)) return false;
   thread_local std::array<std::byte, read_at_return_upload_limit> scratch;  // pageable: the driver reads it at once
   std::memcpy(scratch.data(), src, bytes);
   enqueue_copy(dst, scratch.data(), bytes, stream);

@@ -69,9 +69,10 @@ inline constexpr std::size_t read_at_return_upload_limit = 4096;
 // so no event is recorded (a synced round trip of 4 B on an H100: about 3%
 // of its time), and a host write right after waits for nothing. The source
 // must not be written by work still queued. False, with nothing enqueued,
-// where that does not hold: a larger copy, an emulated device (its copies
-// read their sources on the stream's worker) or a capturing stream (a graph
-// cannot record a copy from pageable memory).
+// where that does not hold: a larger copy, a backend that does not promise it
+// (backend::pageable_uploads_read_at_return: emulated devices, devices that
+// reach pageable memory through ATS) or a capturing stream (a graph cannot
+// record a copy from pageable memory).
 [[nodiscard]] bool upload_read_at_return(void* dst, const void* src, std::size_t bytes, stream_view stream);
 
 // One copy of a batch whose caller knows the kinds (synced_memory); device

@@ -434,6 +434,19 @@ class backend_impl final : public backend {
     return true;
   }
 
+  bool pageable_uploads_read_at_return(int index) override {
+    if (index < 0 || static_cast<std::size_t>(index) >= pageable_staged_.size()) return false;
+    auto& known = pageable_staged_[static_cast<std::size_t>(index)];
+    int answer = known.load(std::memory_order_relaxed);
+    if (answer == 0) {
+      int ats = 0;
+      SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&ats, cudaDevAttrPageableMemoryAccessUsesHostPageTables, index));
+      answer = ats == 0 ? 2 : 1;
+      known.store(answer, std::memory_order_relaxed);
+    }
+    return answer == 2;
+  }
+
   bool stream_capturing(int, CUstream_st* s) override {
     if (const auto query = driver().stream_is_capturing) {
       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -719,7 +732,8 @@ class backend_impl final : public backend {
   }
 
   std::atomic<bool> batch_supported_{true};
-  std::array<std::atomic<int>, 64> host_pointers_{};  // per device: 0 not asked yet, 1 no, 2 yes
+  std::array<std::atomic<int>, 64> host_pointers_{};    // per device: 0 not asked yet, 1 no, 2 yes
+  std::array<std::atomic<int>, 64> pageable_staged_{};  // the same, for pageable_uploads_read_at_return
   std::once_flag count_once_;
   int count_ = 0;
   std::string why_;
