@@ -435,16 +435,10 @@ class backend_impl final : public backend {
   }
 
   bool pageable_uploads_read_at_return(int index) override {
-    if (index < 0 || static_cast<std::size_t>(index) >= pageable_staged_.size()) return false;
-    auto& known = pageable_staged_[static_cast<std::size_t>(index)];
-    int answer = known.load(std::memory_order_relaxed);
-    if (answer == 0) {
-      int ats = 0;
-      SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&ats, cudaDevAttrPageableMemoryAccessUsesHostPageTables, index));
-      answer = ats == 0 ? 2 : 1;
-      known.store(answer, std::memory_order_relaxed);
-    }
-    return answer == 2;
+    // Without ATS the driver stages pageable memory before the call returns;
+    // through the host's page tables it may read it in stream order.
+    return pageable_staged_.get(
+        index, [](int i) { return attribute(cudaDevAttrPageableMemoryAccessUsesHostPageTables, i) == 0; });
   }
 
   bool stream_capturing(int, CUstream_st* s) override {
@@ -707,20 +701,40 @@ class backend_impl final : public backend {
   }
 
  private:
+  // A yes-or-no property of each device, asked of the runtime once.
+  class per_device_answer {
+   public:
+    template <class Ask>
+    bool get(int index, Ask ask) {
+      if (index < 0 || static_cast<std::size_t>(index) >= known_.size()) return false;
+      auto& known = known_[static_cast<std::size_t>(index)];
+      int answer = known.load(std::memory_order_relaxed);
+      if (answer == 0) {
+        answer = ask(index) ? yes : no;
+        known.store(answer, std::memory_order_relaxed);
+      }
+      return answer == yes;
+    }
+
+   private:
+    static constexpr int no = 1;
+    static constexpr int yes = 2;
+    std::array<std::atomic<int>, 64> known_{};  // 0: not asked yet
+  };
+
+  static int attribute(cudaDeviceAttr what, int index) {
+    int value = 0;
+    SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&value, what, index));
+    return value;
+  }
+
   // Whether kernels on device `index` reach pinned host memory, registered
   // memory included, by its host pointer (unified addressing).
   bool addresses_host_memory(int index) {
-    if (index < 0 || static_cast<std::size_t>(index) >= host_pointers_.size()) return false;
-    auto& known = host_pointers_[static_cast<std::size_t>(index)];
-    int answer = known.load(std::memory_order_relaxed);
-    if (answer == 0) {
-      int unified = 0, registered = 0;
-      SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, index));
-      SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&registered, cudaDevAttrCanUseHostPointerForRegisteredMem, index));
-      answer = unified != 0 && registered != 0 ? 2 : 1;
-      known.store(answer, std::memory_order_relaxed);
-    }
-    return answer == 2;
+    return host_pointers_.get(index, [](int i) {
+      return attribute(cudaDevAttrUnifiedAddressing, i) != 0 &&
+             attribute(cudaDevAttrCanUseHostPointerForRegisteredMem, i) != 0;
+    });
   }
 
   static CUmemAllocationProp allocation_prop(int index) {
@@ -732,8 +746,8 @@ class backend_impl final : public backend {
   }
 
   std::atomic<bool> batch_supported_{true};
-  std::array<std::atomic<int>, 64> host_pointers_{};    // per device: 0 not asked yet, 1 no, 2 yes
-  std::array<std::atomic<int>, 64> pageable_staged_{};  // the same, for pageable_uploads_read_at_return
+  per_device_answer host_pointers_;    // addresses_host_memory
+  per_device_answer pageable_staged_;  // pageable_uploads_read_at_return
   std::once_flag count_once_;
   int count_ = 0;
   std::string why_;
