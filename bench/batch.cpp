@@ -168,13 +168,19 @@ void batched(benchmark::State& state, device_id device, std::size_t count, std::
   for (const method m : all) setup.run(m);  // warm: staging, pool threads, driver
   using clock = std::chrono::steady_clock;
   double total = 0;
+  std::size_t first = 0;
   for (auto _ : state) {
     double mine_seconds = 0;
-    for (const method m : all) {
+    // Each iteration starts with the next contender, so that each follows
+    // every other as often: a pageable upload runs a quarter slower after
+    // other work than right after itself (docs/transfers.md).
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const method m = all[(first + i) % all.size()];
       const auto start = clock::now();
       setup.run(m);
       if (m == mine) mine_seconds = std::chrono::duration<double>(clock::now() - start).count();
     }
+    first = (first + 1) % all.size();
     state.SetIterationTime(mine_seconds);
     total += mine_seconds;
   }
