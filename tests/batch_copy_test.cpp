@@ -628,5 +628,28 @@ TYPED_TEST(BatchCopy, CapturedIntoAGraphCopyByCopy) {
   EXPECT_THAT(message, HasSubstr("copy 1 (10 bytes, pageable to device) cannot be captured"));
 }
 
+// A batch asks the driver about its pointers in relaxed capture mode, set
+// once for all of them: afterwards the thread's own mode is as it was, also
+// where the batch threw on its way through them.
+TYPED_TEST(BatchCopy, LeavesTheThreadsCaptureModeAsItWas) {
+  if (!this->is_cuda()) GTEST_SKIP() << "capture modes are CUDA's";
+  stream s{this->dev()};
+  const std::size_t n = 4099;
+  region pageable{mem::pageable, this->dev(), 2 * n}, dev{mem::device, this->dev(), 2 * n};
+  const bytes_t source = random_bytes(2 * n);
+  pageable.write(source);
+  dev.write(random_bytes(2 * n));
+  const int before = cuda_ops::exchange_capture_mode(cuda_ops::capture_mode_thread_local);
+  copy(std::vector<copy_request>{{dev.data() + n, pageable.data(), n}, {dev.data(), pageable.data() + n, n}}, s);
+  const std::vector<copy_request> null_src{{dev.data(), pageable.data(), n}, {dev.data() + n, nullptr, n}};
+  const std::string message = error_of([&] { return copy_async(null_src, s); });
+  const int after = cuda_ops::exchange_capture_mode(before);
+  EXPECT_EQ(after, cuda_ops::capture_mode_thread_local);
+  EXPECT_THAT(message, HasSubstr("source of copy 1 is null"));
+  bytes_t expected(source.begin() + static_cast<std::ptrdiff_t>(n), source.end());
+  expected.insert(expected.end(), source.begin(), source.begin() + static_cast<std::ptrdiff_t>(n));
+  EXPECT_EQ(dev.read(), expected);
+}
+
 }  // namespace
 }  // namespace syncmem::test

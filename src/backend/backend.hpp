@@ -156,6 +156,11 @@ class backend {
 
   // What this backend knows of a pointer; nullopt when it is not its memory.
   [[nodiscard]] virtual std::optional<pointer_attributes> pointer_info(const void* p) = 0;
+  // Around many pointer_info calls on this thread (a batch classifying its
+  // copies, see pointer_queries): what each call would set up and undo is
+  // set up once. They nest. The base class has nothing to set up.
+  virtual void begin_pointer_queries() {}
+  virtual void end_pointer_queries() noexcept {}
 
   // Peer access between two devices of this backend.
   [[nodiscard]] virtual bool can_access_peer(int index, int peer) = 0;
@@ -193,6 +198,18 @@ inline void capture_closed() noexcept { open_captures.fetch_sub(1, std::memory_o
 // Implemented in src/backend/cuda (or src/backend/none/no_cuda_backend.cpp) and src/backend/emulated.
 [[nodiscard]] backend& cuda_backend() noexcept;
 [[nodiscard]] backend& emulated_backend() noexcept;
+
+// A backend's begin_pointer_queries and end_pointer_queries around a scope.
+class pointer_queries {
+ public:
+  explicit pointer_queries(backend& b) : backend_{b} { backend_.begin_pointer_queries(); }
+  ~pointer_queries() { backend_.end_pointer_queries(); }
+  pointer_queries(const pointer_queries&) = delete;
+  pointer_queries& operator=(const pointer_queries&) = delete;
+
+ private:
+  backend& backend_;
+};
 
 // The CUDA runtime's names for an error code, "" without CUDA.
 [[nodiscard]] const char* cuda_error_name(int code) noexcept;

@@ -711,32 +711,35 @@ transfer copy_async(std::span<const copy_request> copies, stream_view stream, co
   classifier classify{sd.kind()};
   std::vector<entry> entries;
   entries.reserve(copies.size());
-  for (std::size_t i = 0; i < copies.size(); ++i) {
-    const copy_request& c = copies[i];
-    if (c.bytes == 0) continue;
-    SYNCMEM_EXPECTS(c.dst != nullptr,
-                    fmt::format("copy_async (batch): the destination of copy {} is null ({} bytes)", i, c.bytes));
-    SYNCMEM_EXPECTS(c.src != nullptr,
-                    fmt::format("copy_async (batch): the source of copy {} is null ({} bytes)", i, c.bytes));
-    const auto d = reinterpret_cast<std::uintptr_t>(c.dst);
-    const auto s = reinterpret_cast<std::uintptr_t>(c.src);
-    SYNCMEM_EXPECTS(
-        d <= UINTPTR_MAX - c.bytes && s <= UINTPTR_MAX - c.bytes,
-        fmt::format("copy_async (batch): a range of copy {} ({} bytes) wraps the address space", i, c.bytes));
-    const copy_side to = classify(c.dst);
-    const copy_side from = classify(c.src);
-    try {
-      detail::check_copy_extent(c.dst, c.bytes, to, "destination");
-      detail::check_copy_extent(c.src, c.bytes, from, "source");
-      const bool managed = to.kind == memory_kind::managed || from.kind == memory_kind::managed;
-      const bool on_stream_device =
-          (to.device && *to.device == sd) || (from.device && *from.device == sd) || (!to.device && !from.device);
-      if (managed || !on_stream_device) detail::check_copy_stream(stream, to, from);
-    } catch (const logic_error& e) {
-      SYNCMEM_FAIL(fmt::format("copy {} of the batch: {}", i, e.what()));
+  {
+    const detail::pointer_queries queries{detail::cuda_backend()};  // set up once for every pointer of the batch
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+      const copy_request& c = copies[i];
+      if (c.bytes == 0) continue;
+      SYNCMEM_EXPECTS(c.dst != nullptr,
+                      fmt::format("copy_async (batch): the destination of copy {} is null ({} bytes)", i, c.bytes));
+      SYNCMEM_EXPECTS(c.src != nullptr,
+                      fmt::format("copy_async (batch): the source of copy {} is null ({} bytes)", i, c.bytes));
+      const auto d = reinterpret_cast<std::uintptr_t>(c.dst);
+      const auto s = reinterpret_cast<std::uintptr_t>(c.src);
+      SYNCMEM_EXPECTS(
+          d <= UINTPTR_MAX - c.bytes && s <= UINTPTR_MAX - c.bytes,
+          fmt::format("copy_async (batch): a range of copy {} ({} bytes) wraps the address space", i, c.bytes));
+      const copy_side to = classify(c.dst);
+      const copy_side from = classify(c.src);
+      try {
+        detail::check_copy_extent(c.dst, c.bytes, to, "destination");
+        detail::check_copy_extent(c.src, c.bytes, from, "source");
+        const bool managed = to.kind == memory_kind::managed || from.kind == memory_kind::managed;
+        const bool on_stream_device =
+            (to.device && *to.device == sd) || (from.device && *from.device == sd) || (!to.device && !from.device);
+        if (managed || !on_stream_device) detail::check_copy_stream(stream, to, from);
+      } catch (const logic_error& e) {
+        SYNCMEM_FAIL(fmt::format("copy {} of the batch: {}", i, e.what()));
+      }
+      append_coalesced(entries, {static_cast<std::byte*>(c.dst), static_cast<const std::byte*>(c.src), c.bytes, to,
+                                 from, route_of(to, from), i});
     }
-    append_coalesced(entries, {static_cast<std::byte*>(c.dst), static_cast<const std::byte*>(c.src), c.bytes, to, from,
-                               route_of(to, from), i});
   }
   check_overlaps(copies);
   if (entries.empty()) return {};

@@ -82,4 +82,12 @@ void capture_and_launch(stream_view s, const std::function<void()>& enqueue,
   SYNCMEM_CUDA_TRY(done);
 }
 
+int exchange_capture_mode(int mode) {
+  static_assert(capture_mode_global == cudaStreamCaptureModeGlobal &&
+                capture_mode_thread_local == cudaStreamCaptureModeThreadLocal);
+  auto m = static_cast<cudaStreamCaptureMode>(mode);
+  SYNCMEM_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&m));
+  return static_cast<int>(m);
+}
+
 }  // namespace syncmem::test::cuda_ops

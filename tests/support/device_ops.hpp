@@ -74,6 +74,11 @@ void sleep(stream_view s, std::chrono::microseconds duration);
 // when `enqueue` throws, and the exception goes on.
 void capture_and_launch(stream_view s, const std::function<void()>& enqueue,
                         const std::function<void()>& before_launch);
+// Sets this thread's stream capture mode and returns the one it had
+// (cudaThreadExchangeStreamCaptureMode); the values are cudaStreamCaptureMode's.
+inline constexpr int capture_mode_global = 0;
+inline constexpr int capture_mode_thread_local = 1;
+[[nodiscard]] int exchange_capture_mode(int mode);
 }  // namespace cuda_ops
 
 template <class F>

@@ -11,5 +11,6 @@ void sleep(stream_view, std::chrono::microseconds) { SYNCMEM_UNSUPPORTED("no CUD
 void capture_and_launch(stream_view, const std::function<void()>&, const std::function<void()>&) {
   SYNCMEM_UNSUPPORTED("no CUDA in this build");
 }
+int exchange_capture_mode(int) { SYNCMEM_UNSUPPORTED("no CUDA in this build"); }
 
 }  // namespace syncmem::test::cuda_ops

@@ -122,6 +122,13 @@ class relaxed_capture_mode {
   cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
 };
 
+// This thread's pointer queries within backend::begin_pointer_queries (and
+// the capture mode to restore at the end): they run in relaxed capture mode
+// already, set once, because the exchange costs two fifths of a query of
+// pageable memory (H100: 0.13 of 0.35 us).
+thread_local int pointer_queries_depth = 0;
+thread_local cudaStreamCaptureMode pointer_queries_mode = cudaStreamCaptureModeRelaxed;
+
 // What the runtime knows of `p`, without its allocation's range: for
 // drivers that lack the entry points syncmem loads.
 std::optional<pointer_attributes> runtime_pointer_info(const void* p) {
@@ -441,6 +448,19 @@ class backend_impl final : public backend {
         index, [](int i) { return attribute(cudaDevAttrPageableMemoryAccessUsesHostPageTables, i) == 0; });
   }
 
+  void begin_pointer_queries() override {
+    if (pointer_queries_depth++ == 0 && device_count() > 0) {
+      pointer_queries_mode = cudaStreamCaptureModeRelaxed;
+      (void)cudaThreadExchangeStreamCaptureMode(&pointer_queries_mode);
+    }
+  }
+
+  void end_pointer_queries() noexcept override {
+    if (--pointer_queries_depth == 0 && device_count() > 0) {
+      (void)cudaThreadExchangeStreamCaptureMode(&pointer_queries_mode);
+    }
+  }
+
   bool stream_capturing(int, CUstream_st* s) override {
     if (const auto query = driver().stream_is_capturing) {
       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -552,7 +572,8 @@ class backend_impl final : public backend {
 
   // ---- pointers --------------------------------------------------------------
   std::optional<pointer_attributes> pointer_info(const void* p) override {
-    const relaxed_capture_mode relaxed;  // the engine classifies pointers while a stream is being captured
+    std::optional<relaxed_capture_mode> relaxed;  // the engine classifies pointers while a stream is being captured
+    if (pointer_queries_depth == 0) relaxed.emplace();
     const auto& api = driver();
     if (!api.loaded) return runtime_pointer_info(p);
     // One driver call for all five, on every copy (it took three: the
