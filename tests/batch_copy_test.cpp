@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -30,6 +31,7 @@
 #include "syncmem/mr/failure_adaptor.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/mr/pinned_resource.hpp"
+#include "syncmem/mr/registered_memory.hpp"
 #include "syncmem/mr/statistics_adaptor.hpp"
 #include "syncmem/stream.hpp"
 #include "test_support.hpp"
@@ -649,6 +651,42 @@ TYPED_TEST(BatchCopy, LeavesTheThreadsCaptureModeAsItWas) {
   bytes_t expected(source.begin() + static_cast<std::ptrdiff_t>(n), source.end());
   expected.insert(expected.end(), source.begin(), source.begin() + static_cast<std::ptrdiff_t>(n));
   EXPECT_EQ(dev.read(), expected);
+}
+
+// The batch takes a pointer in the same 2 MiB window as one the driver called
+// pageable for pageable too: registered memory there, after pageable memory
+// in the batch, goes through the staging, and every byte still arrives, both ways.
+TYPED_TEST(BatchCopy, RegisteredMemoryBesidePageableEveryByte) {
+  if (!this->is_cuda()) GTEST_SKIP() << "registered memory is CUDA's";
+  stream s{this->dev()};
+  constexpr std::size_t window = std::size_t{2} << 20, half = window / 2;
+  const std::unique_ptr<std::uint8_t, decltype(&std::free)> block{
+      static_cast<std::uint8_t*>(std::aligned_alloc(window, window)), &std::free};
+  ASSERT_NE(block, nullptr);
+  std::uint8_t* host = block.get();
+  const bytes_t host_before = random_bytes(window);
+  std::memcpy(host, host_before.data(), window);
+  const mr::registered_memory registered{host + half, half, device_kind::cuda};
+  ASSERT_EQ(get_pointer_attributes(host + half).kind, memory_kind::pinned_host);
+  ASSERT_EQ(get_pointer_attributes(host).kind, memory_kind::pageable_host);
+  const std::size_t n = 40'009;
+  region dev{mem::device, this->dev(), 4 * n};
+  const bytes_t dev_before = random_bytes(4 * n);
+  dev.write(dev_before);
+  // Pageable first, then registered, in each direction; sources and destinations apart.
+  const std::vector<copy_request> requests{{dev.data(), host + 13, n},
+                                           {dev.data() + n, host + half + 17, n},
+                                           {host + 3 * n, dev.data() + 2 * n, n},
+                                           {host + half + 3 * n, dev.data() + 3 * n, n}};
+  copy(requests, s);
+  bytes_t dev_expected = dev_before;
+  std::memcpy(dev_expected.data(), host_before.data() + 13, n);
+  std::memcpy(dev_expected.data() + n, host_before.data() + half + 17, n);
+  bytes_t host_expected = host_before;
+  std::memcpy(host_expected.data() + 3 * n, dev_before.data() + 2 * n, n);
+  std::memcpy(host_expected.data() + half + 3 * n, dev_before.data() + 3 * n, n);
+  EXPECT_EQ(dev.read(), dev_expected);
+  EXPECT_TRUE(std::equal(host_expected.begin(), host_expected.end(), host)) << "the host block differs";
 }
 
 }  // namespace

@@ -33,6 +33,14 @@
 ///   more reuses it in rounds;
 /// - copies that lie end to end on both sides (each one starting where the one
 ///   before it in the list ended, within one allocation) become one copy;
+/// - a pointer in the same 2 MiB window of the address space as one the
+///   driver found to be pageable is taken for pageable without asking again
+///   (a query costs as much as a small copy's share of the batch). Device and
+///   managed memory never share such a window with host memory; pinned or
+///   registered memory that does is copied as pageable memory is, through the
+///   staging: the same bytes, more slowly (write-combined memory much more
+///   slowly, the host threads reading it). A stream being captured asks about
+///   every pointer;
 /// - host to host copies are made by the host threads; copies between two
 ///   devices take copy_async's own path, one by one.
 ///

@@ -907,6 +907,7 @@ transfer detail::transfer_after(stream_view s, copy_path path) { return transfer
 transfer detail::transfer_complete(copy_path path) { return transfer_access::make(nullptr, path); }
 transfer detail::share_transfer(transfer& t) { return transfer_access::share(t); }
 void detail::wait_for_stream(stream_view s) { wait_for(s); }
+bool detail::stream_capturing(stream_view s) { return capturing(s); }
 stream_view detail::engine_stream_of(device_id device) { return engine_stream(device); }
 
 memory_kind detail::host_memory_kind_for(const void* p, device_kind backend) { return classify(p, backend).kind; }

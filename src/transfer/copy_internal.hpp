@@ -46,6 +46,8 @@ void check_copy_options(const copy_options& options);
 [[nodiscard]] transfer share_transfer(transfer& t);
 // Waits for the work enqueued on `s` before host threads touch memory it may use.
 void wait_for_stream(stream_view s);
+// Whether `s` is being captured into a CUDA graph.
+[[nodiscard]] bool stream_capturing(stream_view s);
 // The engine's own stream on `device`.
 [[nodiscard]] stream_view engine_stream_of(device_id device);
 
