@@ -838,8 +838,12 @@ transfer detail::copy_async_with(void* dst, const void* src, std::size_t bytes, 
   // switch nothing.
   const device_guard guard{stream.device()};
   const device_kind backend = stream.device().kind();
-  const side to = classify(dst, backend);
-  const side from = classify(src, backend);
+  side to, from;
+  {
+    const detail::pointer_queries queries{detail::cuda_backend()};  // one capture-mode exchange for both
+    to = classify(dst, backend);
+    from = classify(src, backend);
+  }
   check_extent(dst, bytes, to, "destination");
   check_extent(src, bytes, from, "source");
   check_stream(stream, to, from);
