@@ -3,9 +3,9 @@
 // itself with the copy kernel off: syncmem-copy-engines), and N synced
 // buffers made current on the device at once beside the same uploads by hand.
 //
-// Every iteration runs each contender once, in turn, and times only the
-// benchmark's own (as synced/roundtrip does), so that all of them see the
-// driver, the link and the caches in the same state. A contender's time is
+// Every iteration runs each contender once, in a fresh random order, and
+// times only the benchmark's own (as synced/roundtrip does), so that all of
+// them see the driver, the link and the caches in the same state. A contender's time is
 // from its first call until the stream has finished its copies. The ranges
 // are slices of one allocation on each side, the source of slice i going to
 // destination slice (i * 7919) mod N, so that no two copies lie end to end and
@@ -13,11 +13,13 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -168,19 +170,20 @@ void batched(benchmark::State& state, device_id device, std::size_t count, std::
   for (const method m : all) setup.run(m);  // warm: staging, pool threads, driver
   using clock = std::chrono::steady_clock;
   double total = 0;
-  std::size_t first = 0;
+  // Each iteration runs the contenders in a fresh random order, so that each
+  // follows every other about as often: a pageable upload runs a quarter
+  // slower after other work than right after itself (docs/transfers.md), and
+  // a fixed cycle would have each one follow the same neighbour.
+  std::mt19937 shuffle{20261127};
+  std::vector<method> order = all;
   for (auto _ : state) {
     double mine_seconds = 0;
-    // Each iteration starts with the next contender, so that each follows
-    // every other as often: a pageable upload runs a quarter slower after
-    // other work than right after itself (docs/transfers.md).
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      const method m = all[(first + i) % all.size()];
+    std::shuffle(order.begin(), order.end(), shuffle);
+    for (const method m : order) {
       const auto start = clock::now();
       setup.run(m);
       if (m == mine) mine_seconds = std::chrono::duration<double>(clock::now() - start).count();
     }
-    first = (first + 1) % all.size();
     state.SetIterationTime(mine_seconds);
     total += mine_seconds;
   }
