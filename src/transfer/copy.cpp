@@ -888,7 +888,7 @@ bool detail::upload_read_at_return(void* dst, const void* src, std::size_t bytes
   if (!backend.pageable_uploads_read_at_return(stream.device().index()) || capturing(stream)) return false;
   thread_local std::array<std::byte, read_at_return_upload_limit> scratch;  // pageable: the driver reads it at once
   std::memcpy(scratch.data(), src, bytes);
-  enqueue_copy(dst, scratch.data(), bytes, stream);
+  backend.memcpy_async(dst, scratch.data(), bytes, stream.device().index(), stream.native_handle());  // under the guard
   return true;
 }
 
