@@ -38,9 +38,10 @@
 ///   (a query costs as much as a small copy's share of the batch). Device and
 ///   managed memory never share such a window with host memory; pinned or
 ///   registered memory that does is copied as pageable memory is, through the
-///   staging: the same bytes, more slowly (write-combined memory much more
-///   slowly, the host threads reading it). A stream being captured asks about
-///   every pointer;
+///   staging, and its range is not checked against its allocation (as a
+///   pageable range is not): the same bytes, more slowly (write-combined
+///   memory much more slowly, the host threads reading it). A stream being
+///   captured asks about every pointer;
 /// - host to host copies are made by the host threads; copies between two
 ///   devices take copy_async's own path, one by one.
 ///
