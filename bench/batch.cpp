@@ -3,13 +3,14 @@
 // itself with the copy kernel off: syncmem-copy-engines), and N synced
 // buffers made current on the device at once beside the same uploads by hand.
 //
-// Every iteration runs each contender once, in a fresh random order, and
-// times only the benchmark's own (as synced/roundtrip does), so that all of
-// them see the driver, the link and the caches in the same state. A contender's time is
-// from its first call until the stream has finished its copies. The ranges
-// are slices of one allocation on each side, the source of slice i going to
-// destination slice (i * 7919) mod N, so that no two copies lie end to end and
-// the batch cannot merge them: it measures copies, not coalescing.
+// Every iteration runs each contender once, in a fresh random order (see
+// batched), and times only the benchmark's own (as synced/roundtrip does), so
+// that all of them see the driver, the link and the caches in the same state.
+// A contender's time is from its first call until the stream has finished its
+// copies. The ranges are slices of one allocation on each side, the source of
+// slice i going to destination slice (i * 7919) mod N, so that no two copies
+// lie end to end and the batch cannot merge them: it measures copies, not
+// coalescing.
 
 #include <benchmark/benchmark.h>
 
