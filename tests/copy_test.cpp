@@ -430,6 +430,38 @@ TEST(CopyChunks, UploadsGrowByHalfDownloadsDouble) {
   }
 }
 
+// A staged upload takes half as many threads again as the pool's default
+// when short or large, the default in between; a batch's uploads over the
+// ordinary-stores threshold take twice the default (their host side limits
+// them), and what the options set wins over both.
+TEST(CopyThreads, BatchUploadsOverTheThresholdTakeTwiceTheDefault) {
+  auto& random = rng();
+  for (int trial = 0; trial < 200; ++trial) {
+    const int usual = 1 + static_cast<int>(random() % 8);
+    detail::staging_thresholds t;
+    t.ordinary_stores_above = detail::more_threads_for_uploads_up_to + 1 + random() % (64 * MiB);
+    copy_options o;
+    const std::size_t short_upload = 1 + random() % detail::more_threads_for_uploads_up_to;
+    const std::size_t middle = detail::more_threads_for_uploads_up_to + 1 +
+                               random() % (t.ordinary_stores_above - detail::more_threads_for_uploads_up_to);
+    const std::size_t large = t.ordinary_stores_above + 1 + random() % (256 * MiB);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", usual " << usual << ", threshold "
+                                      << t.ordinary_stores_above << ", middle " << middle << ", large " << large);
+    EXPECT_EQ(detail::upload_threads(short_upload, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(detail::upload_threads(middle, o, t, usual), usual);
+    EXPECT_EQ(detail::upload_threads(large, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(detail::batch_upload_threads(short_upload, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(detail::batch_upload_threads(middle, o, t, usual), usual);
+    EXPECT_EQ(detail::batch_upload_threads(t.ordinary_stores_above, o, t, usual), usual);
+    EXPECT_EQ(detail::batch_upload_threads(large, o, t, usual), usual * 2);
+    o.host_threads = 1 + static_cast<int>(random() % 16);
+    for (const std::size_t bytes : {short_upload, middle, large}) {
+      EXPECT_EQ(detail::upload_threads(bytes, o, t, usual), o.host_threads);
+      EXPECT_EQ(detail::batch_upload_threads(bytes, o, t, usual), o.host_threads);
+    }
+  }
+}
+
 // Staged copies of sizes on both sides of every size at which the engine
 // changes how it copies (more threads, ordinary stores, demoting, alternating
 // rings), scaled down with small thresholds and chunks, and with random thread

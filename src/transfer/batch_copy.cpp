@@ -539,7 +539,7 @@ void send_uploads(submitter& out, const upload_plan& p, std::byte* ring, const b
     chunks.push_back({total, r.bytes});
     total += r.bytes;
   }
-  const int threads = detail::upload_threads(total, o);
+  const int threads = detail::batch_upload_threads(total, o);
   host_copy_pool::instance().wake(threads);
   host_copy_pool::job job{
       host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, nullptr, chunks, threads};

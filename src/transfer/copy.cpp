@@ -711,6 +711,15 @@ int detail::upload_threads(std::size_t bytes, const copy_options& o, const stagi
   return bytes <= more_threads_for_uploads_up_to || bytes > t.ordinary_stores_above ? usual * 3 / 2 : usual;
 }
 
+// A batch's uploads larger than that gather their many ranges with every
+// thread the pool may have (twice the default: every core of a machine of up
+// to 16), as their host side, not the link, limits them (docs/transfers.md).
+int detail::batch_upload_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
+                                 int usual) noexcept {
+  if (o.host_threads > 0) return o.host_threads;
+  return bytes > t.ordinary_stores_above ? usual * 2 : upload_threads(bytes, o, t, usual);
+}
+
 int detail::download_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
                              int usual) noexcept {
   if (o.host_threads > 0) return o.host_threads;

@@ -142,6 +142,11 @@ inline constexpr std::size_t more_threads_for_uploads_up_to = std::size_t{4} << 
 [[nodiscard]] int upload_threads(std::size_t bytes, const copy_options& options,
                                  const staging_thresholds& thresholds = {},
                                  int usual = host_copy_pool::default_threads()) noexcept;
+// The same for the uploads of a batch (batch_copy.cpp), `bytes` of them in
+// all: twice `usual` when they are larger than ordinary_stores_above.
+[[nodiscard]] int batch_upload_threads(std::size_t bytes, const copy_options& options,
+                                       const staging_thresholds& thresholds = {},
+                                       int usual = host_copy_pool::default_threads()) noexcept;
 [[nodiscard]] int download_threads(std::size_t bytes, const copy_options& options,
                                    const staging_thresholds& thresholds = {},
                                    int usual = host_copy_pool::default_threads()) noexcept;
