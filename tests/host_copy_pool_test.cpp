@@ -360,12 +360,66 @@ TYPED_TEST(HostCopyPoolGate, ChunksBehindOneGateWaitForItOnce) {
         nullptr,
         ranges,
         8};
-  for (std::size_t c = 0; c < chunks; ++c) j.open(c, b.staging + c * chunk, c < chunks / 2 ? &first : &second);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    if (c == 0 || c == chunks / 2) {
+      j.open(c, b.staging + c * chunk, c == 0 ? &first : &second);
+    } else {
+      j.open_behind_previous(c, b.staging + c * chunk, nullptr);
+    }
+  }
   for (std::size_t c = 0; c < chunks; ++c) j.finish(c);
   EXPECT_EQ(host_copy_pool::gate_waits() - before, 2U);
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < bytes; ++i) wrong += dst[i] != pattern_byte(seed, i) ? 1 : 0;
   EXPECT_EQ(wrong, 0U);
+}
+
+// A ring reuses its events: a chunk opened behind the same event as the chunk
+// before it, recorded again in between, waits for the new record. Chunk 0
+// passes its gate; then, with the stream held on a latch, the DMA into the
+// staging and the event's second record are queued, and chunk 1 opened
+// behind it must copy the bytes that DMA brings, not the stale ones.
+TYPED_TEST(HostCopyPoolGate, ChunkBehindAnEventRecordedAgainWaitsForTheNewRecord) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  stream s{this->dev()};
+  const std::size_t chunk = 256 * KiB + 77, bytes = 2 * chunk;
+  const std::uint64_t seed = fresh_seed();
+  typename TestFixture::buffers b{this->dev(), s, bytes, seed};
+  const auto stale = random_block(bytes);
+  std::memcpy(b.staging, stale.data(), bytes);
+  std::vector<std::uint8_t> dst(bytes, 0);
+  event gate{this->dev()};
+  gate.record(s);
+  s.synchronize();
+  stream_latch hold{s};
+  b.land();
+  const std::size_t fresh_in_chunk_1 = while_held(hold, [&] {
+    job j{host_copy_pool::instance(),
+          job::direction::from_staging,
+          reinterpret_cast<std::byte*>(dst.data()),
+          nullptr,
+          {{0, chunk}, {chunk, chunk}},
+          8};
+    j.open(0, b.staging, &gate);
+    j.finish(0);
+    gate.record(s);  // behind the latch and the DMA
+    j.open(1, b.staging + chunk, &gate);
+    j.finish(1);
+    std::size_t fresh = 0;
+    for (std::size_t i = chunk; i < bytes; ++i) fresh += dst[i] == pattern_byte(seed, i) ? 1 : 0;
+    return fresh;
+  });
+  s.synchronize();
+  EXPECT_EQ(fresh_in_chunk_1, chunk) << "chunk 1 copied the staging before the DMA its gate waits for";
+  EXPECT_EQ(std::memcmp(dst.data(), stale.data(), chunk), 0) << "chunk 0 is the staging as it was before the DMA";
+}
+
+TEST(HostCopyPoolJob, OpeningTheFirstChunkBehindAPreviousOneIsRefused) {
+  std::vector<std::byte> src(4096), dst(4096);
+  job j{host_copy_pool::instance(), job::direction::host_to_host, dst.data(), src.data(), {{0, 4096}}, 2};
+  EXPECT_THROW(j.open_behind_previous(0, nullptr, nullptr), logic_error);
+  j.open(0, nullptr, nullptr);
+  j.finish(0);
 }
 
 // A job destroyed before it finishes copies nothing afterwards: pieces held

@@ -493,7 +493,14 @@ void copy_out_downloads(std::byte* block, const std::vector<staged>& down, const
   const int threads = detail::download_threads(total, o);
   host_copy_pool::job job{
       host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, nullptr, nullptr, chunks, threads};
-  for (std::size_t i = 0; i < down.size(); ++i) job.open(i, block + down[i].at, gate_of[i], down[i].user);
+  // The ranges of a group land behind one event, recorded once: one wait for them all.
+  for (std::size_t i = 0; i < down.size(); ++i) {
+    if (i > 0 && gate_of[i] != nullptr && gate_of[i] == gate_of[i - 1]) {
+      job.open_behind_previous(i, block + down[i].at, down[i].user);
+    } else {
+      job.open(i, block + down[i].at, gate_of[i], down[i].user);
+    }
+  }
   for (std::size_t i = 0; i < down.size(); ++i) job.finish(i);
 }
 
@@ -521,9 +528,8 @@ void set_upload_stores(host_copy_pool::job& job, const std::vector<host_copy_poo
 // where the next group would not fit; the copy kernel scatters them after the
 // last DMA, so that the kernels hold up no DMA behind them on the stream.
 //
-// One event per group rather than per buffer: the job lets consecutive
-// ranges behind one event wait for it once, so that an event recorded again
-// (a ring of one buffer) would let the next group's ranges skip their wait.
+// One event per group, its ranges behind one wait for it (an event
+// synchronisation costs microseconds).
 //
 // Pacing, as in staged_to_device: host copies running far ahead of the link
 // slow its DMAs, so the job drops one thread each time a group goes up while
@@ -548,8 +554,9 @@ void send_uploads(submitter& out, const upload_plan& p, std::byte* ring, const b
   const std::size_t count = p.buffers;
   const auto buffer = [&](std::size_t g) { return ring + g % count * p.buffer_bytes; };
   const auto open = [&](std::size_t g, const event* gate) {
-    for (std::size_t i = p.first(g); i < p.ends[g]; ++i) {
-      job.open(i, buffer(g) + p.ranges[i].at, gate, p.ranges[i].user);
+    job.open(p.first(g), buffer(g) + p.ranges[p.first(g)].at, gate, p.ranges[p.first(g)].user);
+    for (std::size_t i = p.first(g) + 1; i < p.ends[g]; ++i) {
+      job.open_behind_previous(i, buffer(g) + p.ranges[i].at, p.ranges[i].user);
     }
   };
   for (std::size_t g = 0; g < count; ++g) open(g, nullptr);

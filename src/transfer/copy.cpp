@@ -324,12 +324,6 @@ class event_slots {
   bool completed_ = false;
 };
 
-// The event slots that gate the host threads' chunks through `buffers`
-// buffers: at least two, because the job lets a chunk behind the same gate as
-// the chunk before it skip the wait, so that with one buffer a slot recorded
-// again for the next chunk would let that chunk through before its DMA.
-std::size_t gate_slots(std::size_t buffers) { return std::max<std::size_t>(buffers, 2); }
-
 // ---- the paths --------------------------------------------------------------------------
 
 std::atomic<std::uint64_t> staged_upload_dmas{0};                   // see detail::staged_upload_dma_count
@@ -407,7 +401,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   const auto chunks = detail::plan_chunks(bytes, o, detail::chunk_growth::by_half, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   std::optional<staging_ring> ring{std::in_place, o, count, largest, s};
-  const std::size_t slots = gate_slots(count);
+  const std::size_t slots = count;  // an event per buffer
   event_slots sent{slots};
   {
     host_copy_pool::job job{
@@ -490,7 +484,7 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
   const bool second = !demoting && (download_ring_turn.fetch_xor(1U, std::memory_order_relaxed) & 1U) != 0;
   const std::size_t first = second ? count : 0;
   const auto buffer = [&](std::size_t i) { return ring[first + i % count]; };
-  const std::size_t slots = gate_slots(count);
+  const std::size_t slots = count;  // an event per buffer
   event_slots landed{slots};
   const auto enqueue = [&](std::size_t i) {
     enqueue_copy(buffer(i), src + chunks[i].offset, chunks[i].bytes, s);

@@ -18,6 +18,7 @@
 #define SYNCMEM_X86_TARGETS 1
 #endif
 
+#include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
 
 namespace syncmem::detail {
@@ -391,17 +392,25 @@ host_copy_pool::job::job(host_copy_pool& pool, direction dir, std::byte* dst, co
 host_copy_pool::job::~job() { stop(); }
 
 void host_copy_pool::job::open(std::size_t c, std::byte* staging, const event* gate) {
-  open(c, staging, gate, nullptr);
+  open_chunk(c, staging, gate, nullptr, false);
 }
 
 void host_copy_pool::job::open(std::size_t c, std::byte* staging, const event* gate, std::byte* user) {
+  open_chunk(c, staging, gate, user, false);
+}
+
+void host_copy_pool::job::open_behind_previous(std::size_t c, std::byte* staging, std::byte* user) {
+  SYNCMEM_EXPECTS(c > 0, "host_copy_pool::job::open_behind_previous: chunk 0 has no chunk before it");
+  open_chunk(c, staging, chunks_[c - 1].gate, user, true);
+}
+
+void host_copy_pool::job::open_chunk(std::size_t c, std::byte* staging, const event* gate, std::byte* user,
+                                     bool shares_wait) {
   chunk_state& state = chunks_[c];
   state.staging = staging;
   state.user = user;
   state.gate = gate;
-  // A batch puts a group of chunks behind one event: one wait for them all,
-  // as each costs an event synchronisation (microseconds on CUDA).
-  const bool shares = gate != nullptr && c > 0 && chunks_[c - 1].gate == gate;
+  const bool shares = shares_wait && gate != nullptr;
   state.gate_owner = shares ? chunks_[c - 1].gate_owner : &state;
   state.gate_state.store(gate == nullptr || shares ? gate_open : gate_closed, std::memory_order_relaxed);
   state.remaining.store(state.end_piece - (c == 0 ? 0 : chunks_[c - 1].end_piece), std::memory_order_relaxed);

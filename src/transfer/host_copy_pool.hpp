@@ -84,7 +84,8 @@ class host_copy_pool {
   // what they have written where it says so (see job).
   [[nodiscard]] static std::uint64_t demoted_bytes() noexcept;
   // Gates waited for (one event synchronisation each) since the process
-  // started (for tests): once per run of consecutive chunks behind one gate.
+  // started (for tests): once per chunk opened behind a gate with open, none
+  // for those opened behind the chunk before them (open_behind_previous).
   [[nodiscard]] static std::uint64_t gate_waits() noexcept;
 
   // Pieces smaller than this are not worth a thread of their own.
@@ -148,13 +149,19 @@ class host_copy_pool::job {
   // Makes chunk `c` (the next one not yet open) claimable; its bytes go to or
   // come from `staging` (ignored for host_to_host), once `gate` (when not
   // null; it must stay recorded as it is until the chunk is finished) has
-  // completed. Consecutive chunks behind the same gate wait for it once.
+  // completed. The chunk waits for the gate's latest record even when the
+  // chunk before it had the same gate: the event may have been recorded again
+  // since (a ring of buffers reuses its events).
   void open(std::size_t c, std::byte* staging, const event* gate);
   // The same for a gather into staging (to_staging) or a scatter out of it
   // (from_staging) of many small ranges: the user's side of chunk `c` is
   // `user` rather than the job's range at the chunk's offset (a batch of
   // copies makes each of its ranges a chunk; see batch_copy.cpp).
   void open(std::size_t c, std::byte* staging, const event* gate, std::byte* user);
+  // Opens chunk `c` (c > 0) behind the wait of chunk c - 1: the same record
+  // of the same gate, waited for once for both, as a batch puts a group of
+  // ranges behind one event (an event synchronisation costs microseconds).
+  void open_behind_previous(std::size_t c, std::byte* staging, std::byte* user);
   // Copies pieces of chunk `c` on the caller while any are left, then waits
   // until every piece of it is done. Throws what a pool thread met (a gate's
   // error), after which the job copies nothing more.
@@ -205,6 +212,7 @@ class host_copy_pool::job {
   static constexpr int gate_closed = 0;   // not waited for yet
   static constexpr int gate_waiting = 1;  // one thread waits for the event
   static constexpr int gate_open = 2;     // the event has completed (or failed)
+  void open_chunk(std::size_t c, std::byte* staging, const event* gate, std::byte* user, bool shares_wait);
   bool claim(std::size_t& p, std::size_t limit) noexcept;
   void pass_gate(chunk_state& state) noexcept;
   void run(std::size_t p) noexcept;
