@@ -74,11 +74,18 @@ find_cuda() {
 
 jobs() { nproc 2>/dev/null || echo 2; }
 
-# configure_and_build DIR [cmake args...]
+# configure_and_build DIR [cmake args...] [-- TARGET...]
+# Builds the named targets only, when there are any after "--"; else all.
 configure_and_build() {
   local dir="$1"
   shift
-  cmake -S "$SYNCMEM_ROOT" -B "$dir" -G Ninja "${cmake_prefix_args[@]}" "$@" >"$dir.configure.log" 2>&1 ||
+  local args=() targets=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    args+=("$1")
+    shift
+  done
+  [ $# -gt 0 ] && shift && targets=(--target "$@")
+  cmake -S "$SYNCMEM_ROOT" -B "$dir" -G Ninja "${cmake_prefix_args[@]}" "${args[@]}" >"$dir.configure.log" 2>&1 ||
     { cat "$dir.configure.log"; return 1; }
-  cmake --build "$dir" -j "$(jobs)"
+  cmake --build "$dir" -j "$(jobs)" "${targets[@]}"
 }
