@@ -346,10 +346,15 @@ TYPED_TEST(caching_test, OutOfMemoryAtTheLimitSaysEverything) {
   EXPECT_EQ(st.ooms, 1U);
   EXPECT_EQ(st.oom_retries, 1U);
   // Still usable, and a higher limit lets it through.
+  EXPECT_EQ(r->limit(), 64 * MiB);
   r->set_limit(128 * MiB);
+  EXPECT_EQ(r->limit(), 128 * MiB);
   void* more = r->allocate(40 * MiB, s);
   r->deallocate(more, 40 * MiB, s);
   r->deallocate(big, 40 * MiB, s);
+  r->set_limit(std::nullopt);
+  EXPECT_EQ(r->limit(), std::nullopt);
+  EXPECT_EQ(this->make("thread_cache_mb:0")->limit(), std::nullopt);
 }
 
 TYPED_TEST(caching_test, FragmentationIsNamedWhenItIsTheCause) {

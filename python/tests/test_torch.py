@@ -390,3 +390,51 @@ print("ok")
 
 def test_enable_after_cuda_was_used_raises():
     checked(run_python(TOO_LATE))
+
+
+# cuDNN's convolutions take only plans whose workspace fits what cacheInfo
+# answers: what could be allocated now, as PyTorch's allocator answers.
+CACHE_INFO = """
+import random, sys
+import torch
+import syncmem, syncmem.torch
+from syncmem import _torch
+syncmem.torch.enable()
+rng = random.Random(int(sys.argv[1]))
+dev = "cuda:0"
+MiB = 1 << 20
+x = torch.empty(rng.randint(1, 1 << 20), dtype=torch.uint8, device=dev)
+# Little cached and no limit: what the device has free.
+before = torch.cuda.mem_get_info(0)[0]
+info = _torch._cache_info(0)
+after = torch.cuda.mem_get_info(0)[0]
+assert syncmem.memory_stats(dev)["largest_free_block"] < min(before, after)
+assert min(before, after) <= info <= max(before, after), (before, info, after)
+# A large free block cached.
+big = rng.randint(64, 512) * MiB
+t = torch.empty(big, dtype=torch.uint8, device=dev)
+del t
+stats = syncmem.memory_stats(dev)
+assert stats["largest_free_block"] >= big, stats
+total = torch.cuda.mem_get_info(0)[1]
+def limit_to(headroom):
+    fraction = (stats["reserved_bytes"] + headroom) / total
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    return int(fraction * total)  # as the allocator turns it into bytes
+# A limit that leaves less than the block: the block.
+limit_to(rng.randint(1, 32) * MiB)
+assert _torch._cache_info(0) == stats["largest_free_block"]
+# A limit that leaves more: what the limit leaves.
+limit = limit_to(stats["largest_free_block"] + rng.randint(1, 1024) * MiB)
+assert _torch._cache_info(0) == limit - stats["reserved_bytes"], (_torch._cache_info(0), limit, stats)
+# At the limit: the block.
+limit_to(0)
+assert _torch._cache_info(0) == stats["largest_free_block"]
+print("ok")
+"""
+
+
+def test_cache_info_answers_what_could_be_allocated_now():
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed}")
+    checked(run_python(CACHE_INFO, str(seed)))

@@ -88,6 +88,7 @@ void caching_resource::release_stream(stream_view stream) {
 void caching_resource::empty_cache() { (void)state_->trim(0); }
 std::size_t caching_resource::trim(std::size_t max_cached_bytes) { return state_->trim(max_cached_bytes); }
 void caching_resource::set_limit(std::optional<std::size_t> limit_bytes) { state_->set_limit(limit_bytes); }
+std::optional<std::size_t> caching_resource::limit() const noexcept { return state_->limit(); }
 caching_statistics caching_resource::statistics() const { return state_->statistics(); }
 void caching_resource::reset_peaks() { state_->reset_peaks(); }
 allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }

@@ -147,6 +147,9 @@ class caching_resource final : public memory_resource {
   /// @brief Changes the limit on reserved bytes (nullopt: none). Memory
   /// already reserved above a lower limit is not released by this call.
   void set_limit(std::optional<std::size_t> limit_bytes);
+  /// @brief The limit on reserved bytes now (limit_mb, or the last
+  /// set_limit), or nullopt when there is none.
+  [[nodiscard]] std::optional<std::size_t> limit() const noexcept;
 
   [[nodiscard]] caching_statistics statistics() const;
   /// @brief Sets each peak to its current value.

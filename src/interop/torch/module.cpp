@@ -1,9 +1,11 @@
 // syncmem._torch: syncmem's caching allocator as PyTorch's CUDA allocator
 // (python/syncmem/torch.py is its Python face).
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -39,6 +41,15 @@ NB_MODULE(_torch, m) {
       },
       nb::arg("path"), nb::arg("device"),
       "Writes the snapshot of cuda:<device>'s caching resource (syncmem.snapshot/1, for `syncmem view`).");
+
+  m.def(
+      "_cache_info",
+      [](int device) {
+        std::size_t largest = 0;
+        c10::cuda::CUDACachingAllocator::cacheInfo(static_cast<c10::DeviceIndex>(device), &largest);
+        return largest;
+      },
+      nb::arg("device"), "Test aid: what PyTorch's cacheInfo answers cuDNN (the largest workspace it may ask for).");
 
   nb::class_<host_latch>(m, "_host_latch",
                          "Test aid: holds a CUDA stream on the host until release() (or until the object goes).")

@@ -305,8 +305,22 @@ void torch_allocator::enable(bool value) {
 
 bool torch_allocator::isEnabled() const { return true; }
 
+// PyTorch's cuDNN convolutions drop every plan whose workspace is larger than
+// this answer, so it is what could be allocated now, as PyTorch's allocator
+// answers: the largest free block, or the device's free memory when that is
+// more (up to the limit). The largest free block alone is 0 before anything
+// was freed, which leaves cuDNN only the plans that need no workspace.
 void torch_allocator::cacheInfo(c10::DeviceIndex device, std::size_t* largest_block) {
-  *largest_block = caching(device).statistics().largest_free_block;
+  mr::caching_resource& resource = caching(device);
+  const mr::caching_statistics s = resource.statistics();
+  std::size_t free = 0;
+  std::size_t total = 0;
+  {
+    c10::cuda::CUDAGuard guard{device};
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  }
+  if (const auto limit = resource.limit()) free = std::min(free, *limit - std::min(*limit, s.reserved_bytes));
+  *largest_block = std::max(s.largest_free_block, free);
 }
 
 void* torch_allocator::getBaseAllocation(void* /*p*/, std::size_t* /*size*/) {

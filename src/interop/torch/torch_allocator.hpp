@@ -32,8 +32,11 @@ namespace syncmem::interop {
 ///   while recorded streams still use it is reused only after their work
 ///   enqueued before the free has completed.
 /// - getDeviceStats, resetPeakStats, resetAccumulatedStats, snapshot,
-///   emptyCache, cacheInfo, setMemoryFraction: from the caching_resource's
-///   statistics, snapshot, empty_cache and limit.
+///   emptyCache, setMemoryFraction: from the caching_resource's statistics,
+///   snapshot, empty_cache and limit.
+/// - cacheInfo (the largest workspace cuDNN may plan for): the largest free
+///   block, or the device's free memory up to the limit when that is more,
+///   as PyTorch's allocator answers.
 /// - beginAllocateToPool / endAllocateToPool / releasePool (torch.cuda.graph,
 ///   make_graphed_callables, pool sharing through graph_pool_handle): each
 ///   PyTorch pool id is a syncmem::graph_pool, and while a capture is open the

@@ -55,6 +55,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   void release_stream(CUstream_st* handle) noexcept;
   std::size_t trim(std::size_t max_cached_bytes);
   void set_limit(std::optional<std::size_t> limit_bytes) noexcept { reserved_.set_limit(limit_bytes); }
+  [[nodiscard]] std::optional<std::size_t> limit() const noexcept { return reserved_.limit(); }
   [[nodiscard]] caching_statistics statistics();
   void reset_peaks();
   [[nodiscard]] allocator_snapshot snapshot();
