@@ -401,8 +401,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
   const auto chunks = detail::plan_chunks(bytes, o, detail::chunk_growth::by_half, largest);
   const auto count = std::min(static_cast<std::size_t>(o.staging_buffers), chunks.size());
   std::optional<staging_ring> ring{std::in_place, o, count, largest, s};
-  const std::size_t slots = count;  // an event per buffer
-  event_slots sent{slots};
+  event_slots sent{count};  // an event per buffer
   {
     host_copy_pool::job job{
         host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src, chunks, threads};
@@ -440,11 +439,11 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
           job.set_helpers(std::max(1, job.helpers() - 1));  // two DMAs still queued: one thread fewer
         }
       }
-      previous = {i % slots, previous[0]};
+      previous = {i % count, previous[0]};
       ++dmas;
       for (std::size_t j = i; j < end; ++j) {  // each buffer the DMA read: its event, then its next chunk
-        if (pace || j + count < chunks.size()) sent.record(j % slots, s);
-        if (j + count < chunks.size()) job.open(j + count, (*ring)[j % count], &sent[j % slots]);
+        if (pace || j + count < chunks.size()) sent.record(j % count, s);
+        if (j + count < chunks.size()) job.open(j + count, (*ring)[j % count], &sent[j % count]);
       }
       i = end;
     }
@@ -484,11 +483,10 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
   const bool second = !demoting && (download_ring_turn.fetch_xor(1U, std::memory_order_relaxed) & 1U) != 0;
   const std::size_t first = second ? count : 0;
   const auto buffer = [&](std::size_t i) { return ring[first + i % count]; };
-  const std::size_t slots = count;  // an event per buffer
-  event_slots landed{slots};
+  event_slots landed{count};  // an event per buffer
   const auto enqueue = [&](std::size_t i) {
     enqueue_copy(buffer(i), src + chunks[i].offset, chunks[i].bytes, s);
-    landed.record(i % slots, s);
+    landed.record(i % count, s);
   };
   for (std::size_t i = 0; i < count; ++i) enqueue(i);
   const int threads = detail::download_threads(bytes, o, t);
@@ -507,7 +505,7 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
       job.finish(i);  // its threads waited for the chunk's DMA
       if (i + count < chunks.size()) {
         enqueue(i + count);  // into the buffer chunk i just left
-        job.open(i + count, buffer(i + count), &landed[(i + count) % slots]);
+        job.open(i + count, buffer(i + count), &landed[(i + count) % count]);
       }
     }
   }
