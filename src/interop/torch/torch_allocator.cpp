@@ -16,6 +16,7 @@
 
 #include "core/capture_registry.hpp"
 #include "syncmem/cuda/interop.hpp"
+#include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 
@@ -281,12 +282,7 @@ double torch_allocator::getMemoryFraction(c10::DeviceIndex device) {
 void torch_allocator::setMemoryFraction(double fraction, c10::DeviceIndex device) {
   TORCH_CHECK(fraction > 0.0 && fraction <= 1.0, "syncmem.torch: set_per_process_memory_fraction: fraction ", fraction,
               " is outside (0, 1]");
-  std::size_t free = 0;
-  std::size_t total = 0;
-  {
-    c10::cuda::CUDAGuard guard{device};
-    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  }
+  const std::size_t total = get_memory_info(device_id::cuda(device)).total;
   caching(device).set_limit(
       fraction >= 1.0 ? std::nullopt
                       : std::optional<std::size_t>{static_cast<std::size_t>(fraction * static_cast<double>(total))});
@@ -313,12 +309,7 @@ bool torch_allocator::isEnabled() const { return true; }
 void torch_allocator::cacheInfo(c10::DeviceIndex device, std::size_t* largest_block) {
   mr::caching_resource& resource = caching(device);
   const mr::caching_statistics s = resource.statistics();
-  std::size_t free = 0;
-  std::size_t total = 0;
-  {
-    c10::cuda::CUDAGuard guard{device};
-    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  }
+  std::size_t free = get_memory_info(device_id::cuda(device)).free;
   if (const auto limit = resource.limit()) free = std::min(free, *limit - std::min(*limit, s.reserved_bytes));
   *largest_block = std::max(s.largest_free_block, free);
 }
