@@ -132,6 +132,36 @@ TYPED_TEST(caching_test, FreeMemoryOfAnotherStreamIsTakenAfterAnEvent) {
   }
 }
 
+// A growth of the growable range that takes idle pages freed on another
+// stream does not wait for the device, which would wait for that stream
+// (held on the host here, or waiting for another process in a collective):
+// the growing stream waits for the stream that freed them.
+TYPED_TEST(caching_test, GrowthTakesIdlePagesOfAHeldStreamWithoutWaitingForIt) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  for (const char* conf : {"expandable:1", "expandable:1,grow_from_idle:1"}) {
+    auto r = this->make(conf);
+    stream first{this->device_};
+    stream second{this->device_};
+    const std::size_t bytes = 8 * MiB;
+    void* p = r->allocate(bytes, first);
+    const auto reserved = r->statistics().reserved_bytes;
+    ASSERT_EQ(reserved, bytes) << conf << ": the growable range maps whole 2 MiB pages";
+    stream_latch hold{first};
+    this->fill(first, p, bytes, fresh_seed());  // still to run when the pages move
+    r->deallocate(p, bytes, first);
+    const std::size_t more = 12 * MiB;  // no free block fits: the range grows, taking p's pages
+    void* q = r->allocate(more, second);
+    EXPECT_FALSE(hold.timed_out()) << conf << ": the growth waited for the held stream";
+    EXPECT_EQ(r->statistics().reserved_bytes, reserved + 4 * MiB) << conf << ": p's pages should have moved";
+    const auto seed = fresh_seed();
+    this->fill(second, q, more, seed);
+    hold.release();
+    first.synchronize();
+    EXPECT_TRUE(this->holds(second, q, more, seed)) << conf << ": the second stream wrote before the first was done";
+    r->deallocate(q, more, second);
+  }
+}
+
 TYPED_TEST(caching_test, RecordStreamDefersReuseUntilThatStreamHasPassed) {
   for (const char* conf : {"", "thread_cache_mb:0"}) {
     for (const bool on_a_third_stream : {false, true}) {

@@ -22,15 +22,18 @@ struct parts {
               {enabled, release_before_grow, grow_from_idle, page_size, large_page_size},
               "growable_range_test",
               pools,
-              reserved} {}
+              reserved,
+              events} {}
   ~parts() {
     synchronize_device(device);
     range.release_all();
+    events.destroy_all();
   }
   parts(const parts&) = delete;
   parts& operator=(const parts&) = delete;
   reservation reserved{std::nullopt};
   stream_pools pools{2 * MiB};
+  caching_events events{device};
   growable_range range;
 };
 
@@ -39,6 +42,14 @@ void expect_usable(stream_view s, const block* b) {
   auto* p = reinterpret_cast<void*>(b->ptr);
   syncmem::test::device_fill_pattern(s, p, b->size, seed);
   EXPECT_TRUE(syncmem::test::holds_pattern(memory_kind::device, s, p, b->size, seed));
+}
+
+// The record of the block at `address` in the range.
+const block* block_at(const parts& p, std::uintptr_t address) {
+  for (const block* b = p.range.range()->first; b != nullptr; b = b->next) {
+    if (b->ptr == address) return b;
+  }
+  return nullptr;
 }
 
 // A growth of `bytes` past the limit is refused whole: nothing reserved, no page mapped.
@@ -173,12 +184,102 @@ TEST(GrowableRange, GrowFromIdleTakesPagesFromTheSmallestFreeBlocksFirst) {
   ASSERT_EQ(reserved, 32 * MiB);
   block* grown = p.range.grow(4 * MiB, pool);
   ASSERT_NE(grown, nullptr);
-  EXPECT_EQ(grown->ptr, small_at);  // the small block's pages, moved
+  EXPECT_EQ(grown->ptr, p.range.range()->base + 32 * MiB);  // the small block's pages, moved to the top
+  const block* moved = block_at(p, small_at);
+  ASSERT_NE(moved, nullptr);
+  EXPECT_EQ(moved->status, block_status::moving);  // mapped there too until earlier work has passed
+  EXPECT_EQ(moved->size, 4 * MiB);
   EXPECT_EQ(p.reserved.bytes(), reserved);
   EXPECT_EQ(large->status, block_status::free);
   EXPECT_EQ(large->size, 16 * MiB);
   expect_usable(s, grown);
   expect_usable(other, large);
+}
+
+// Moving pages does not wait for the device: a growth takes the idle pages of
+// a stream whose work is still queued (held on a host latch here), maps them
+// at its new place, and makes the growing stream wait for that work; the old
+// place is unmapped by a later growth once the work has passed.
+TEST(GrowableRange, MovingPagesWaitsForTheirStreamNotForTheDevice) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  parts p{true, true, true};  // 2 MiB pages
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream other{device};
+  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  block* in_use = p.range.grow(6 * MiB, pool);  // [0, 6) in use on s
+  ASSERT_NE(in_use, nullptr);
+  in_use->status = block_status::allocated;
+  block* idle = p.range.grow(8 * MiB, elsewhere);  // [6, 14)
+  ASSERT_NE(idle, nullptr);
+  idle->status = block_status::allocated;
+  const std::uintptr_t idle_at = idle->ptr;
+  syncmem::test::stream_latch hold{other};
+  syncmem::test::device_fill_pattern(other, reinterpret_cast<void*>(idle_at), 8 * MiB, syncmem::test::fresh_seed());
+  idle->status = block_status::free;
+  p.pools.free_block(idle, elsewhere);  // freed in the order of `other`: its fill is still queued
+  const std::size_t reserved = p.reserved.bytes();
+  block* grown = p.range.grow(10 * MiB, pool);  // the 8 MiB of idle pages moved, and one new page
+  ASSERT_NE(grown, nullptr);
+  EXPECT_FALSE(hold.timed_out()) << "the growth waited for the held stream";
+  EXPECT_EQ(p.reserved.bytes(), reserved + 2 * MiB);
+  EXPECT_EQ(p.range.moves_in_flight(), 1U);
+  ASSERT_NE(block_at(p, idle_at), nullptr);
+  EXPECT_EQ(block_at(p, idle_at)->status, block_status::moving);
+  const auto seed = syncmem::test::fresh_seed();
+  syncmem::test::device_fill_pattern(s, reinterpret_cast<void*>(grown->ptr), grown->size, seed);
+  hold.release();
+  EXPECT_TRUE(
+      syncmem::test::holds_pattern(memory_kind::device, s, reinterpret_cast<void*>(grown->ptr), grown->size, seed))
+      << "the growing stream wrote before the work on the moved pages was done";
+  synchronize_device(device);
+  block* next = p.range.grow(2 * MiB, pool);  // settles the move first
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(p.range.moves_in_flight(), 0U);
+  ASSERT_NE(block_at(p, idle_at), nullptr);
+  EXPECT_EQ(block_at(p, idle_at)->status, block_status::unmapped);
+  expect_usable(s, in_use);
+}
+
+// Large pages moved into a growth that cannot map them all whole (its place
+// is not aligned to them) are given back, but their memory counts in the
+// reserve until their old place is unmapped. A growth too small for large
+// pages leaves them where they are.
+TEST(GrowableRange, AMovedLargePageLetGoCountsUntilItsOldPlaceIsUnmapped) {
+  parts p{true, true, true, 0, 20 * MiB};
+  stream s{device};
+  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream other{device};
+  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  ASSERT_TRUE(p.range.ready());
+  block* a = p.range.grow(300 * MiB, elsewhere);  // [0, 300): fifteen large pages
+  ASSERT_NE(a, nullptr);
+  block* b = p.range.grow(2 * MiB, pool);  // [300, 302)
+  ASSERT_NE(b, nullptr);
+  b->status = block_status::allocated;
+  p.pools.free_block(a, elsewhere);
+  block* small = p.range.grow(4 * MiB, pool);  // too small for large pages: new pages
+  ASSERT_NE(small, nullptr);
+  small->status = block_status::allocated;
+  EXPECT_EQ(p.range.moves_in_flight(), 0U);
+  EXPECT_EQ(p.reserved.bytes(), 306 * MiB);
+  // 270 MiB at 306: fourteen large pages move ([20, 300)), twelve map whole
+  // at [320, 560), the other two are let go; [306, 320) and [560, 576) are new pages.
+  block* grown = p.range.grow(270 * MiB, pool);
+  ASSERT_NE(grown, nullptr);
+  EXPECT_EQ(grown->ptr, p.range.range()->base + 306 * MiB);
+  EXPECT_EQ(p.range.moves_in_flight(), 1U);
+  EXPECT_EQ(p.reserved.bytes(), (306 + 30) * MiB);  // the two let go still count
+  expect_usable(s, grown);
+  synchronize_device(device);
+  grown->status = block_status::allocated;
+  block* next = p.range.grow(2 * MiB, pool);  // settles the move first: the two large pages go
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(p.range.moves_in_flight(), 0U);
+  EXPECT_EQ(p.reserved.bytes(), (306 + 30 - 40 + 2) * MiB);
+  expect_usable(s, next);
+  expect_usable(s, grown);
 }
 
 // grow_from_idle maps a hole whole when that joins the pool's free blocks on
@@ -298,12 +399,16 @@ TEST(GrowableRange, ALargePageMovesOnlyWhenAllOfItIsIdle) {
   ASSERT_EQ(kept->ptr, base);
   kept->status = block_status::allocated;
   expect_usable(other, kept);
-  // 270 MiB on the other stream: [40, 300) moves (thirteen large pages), 10 MiB are new.
+  // 270 MiB on the other stream: [40, 300) moves (thirteen large pages) to
+  // the top, 10 MiB are new.
   block* grown = p.range.grow(270 * MiB, pool);
   ASSERT_NE(grown, nullptr);
   EXPECT_EQ(p.reserved.bytes(), 310 * MiB);
   EXPECT_EQ(p.reserved.peak(), 310 * MiB);
-  EXPECT_EQ(grown->ptr, base + 40 * MiB);
+  EXPECT_EQ(grown->ptr, base + 300 * MiB);
+  ASSERT_NE(block_at(p, base + 40 * MiB), nullptr);
+  EXPECT_EQ(block_at(p, base + 40 * MiB)->status, block_status::moving);
+  EXPECT_EQ(block_at(p, base + 40 * MiB)->size, 260 * MiB);
   ASSERT_NE(kept->next, nullptr);  // [30, 40) stays free and mapped, beside the block in use
   EXPECT_EQ(kept->next->status, block_status::free);
   EXPECT_EQ(kept->next->ptr, base + 30 * MiB);

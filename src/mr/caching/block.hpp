@@ -29,6 +29,7 @@ enum class block_status : std::uint8_t {
   allocated,  // handed out (to a caller or to a per-thread cache)
   pending,    // freed, waiting for events before it joins its pool
   unmapped,   // a growable range's address space with no memory behind it
+  moving,     // a growable range's pages mapped elsewhere too: unmapped once earlier work has passed
 };
 
 struct segment;

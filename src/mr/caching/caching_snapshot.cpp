@@ -63,11 +63,13 @@ void add_segment(const segment& seg, allocator_snapshot& snap) {
   snap.segments.push_back(std::move(out));
 }
 
-// Each run of mapped pages shows as a segment of its own.
+// Each run of mapped pages shows as a segment of its own. Pages moved away
+// by a growth show where they are now (their old addresses, still mapped
+// until earlier work has passed, are not memory of their own).
 void add_growable(const segment& range, allocator_snapshot& snap) {
   bool in_run = false;
   for (const block* b = range.first; b != nullptr; b = b->next) {
-    if (b->status == block_status::unmapped) {
+    if (b->status == block_status::unmapped || b->status == block_status::moving) {
       in_run = false;
       continue;
     }

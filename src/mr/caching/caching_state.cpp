@@ -59,7 +59,8 @@ caching_state::caching_state(device_id device, caching_options options, memory_r
               options_.expandable_large_page_size},
              name_,
              pools_,
-             reserved_},
+             reserved_,
+             events_},
       caches_{id_, options_.thread_cache_size} {}
 
 void caching_state::start() {

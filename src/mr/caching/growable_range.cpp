@@ -24,14 +24,15 @@ constexpr std::size_t large_page_growth = std::size_t{256} << 20;
 }  // namespace
 
 growable_range::growable_range(device_id device, settings config, std::string name, stream_pools& pools,
-                               reservation& reserved)
+                               reservation& reserved, caching_events& events)
     : device_{device},
       backend_{syncmem::detail::backend_for(device)},
       index_{device.index()},
       config_{config},
       name_{std::move(name)},
       pools_{pools},
-      reserved_{reserved} {}
+      reserved_{reserved},
+      events_{events} {}
 
 bool growable_range::ready() {
   if (!config_.enabled) return false;
@@ -108,6 +109,7 @@ growable_range::placement growable_range::choose(std::size_t key, const stream_p
 }
 
 block* growable_range::grow(std::size_t key, stream_pool& pool) {
+  settle(/*device_idle=*/false);
   placement where = choose(key, pool, /*join_after=*/false);
   if (where.fits == nullptr && make_room(where, key, pool)) release_spares();
   if (where.fits != nullptr) return pools_.take_whole(where.fits, key, pool);
@@ -127,6 +129,11 @@ block* growable_range::grow(std::size_t key, stream_pool& pool) {
 // the smallest free blocks first: large free blocks stay whole for the large
 // requests that would otherwise grow again (the synthetic replay: a fifth
 // fewer pages moved). Returns whether the new choice fits without mapping.
+//
+// Where there is a hole to map and no stream capture is open, the pages are
+// moved without waiting for the device (move_idle), so their old place is not
+// a hole yet and the choice stands. Otherwise they are unmapped after a device
+// synchronisation, which widens the holes, and the choice is made again.
 bool growable_range::make_room(placement& where, std::size_t key, const stream_pool& pool) {
   const std::size_t page = page_size_;
   const std::size_t spare = (spare_pages_.size() + spare_large_.size() * large_pages_) * page;
@@ -134,11 +141,17 @@ bool growable_range::make_room(placement& where, std::size_t key, const stream_p
   const bool join_after = config_.grow_from_idle && join_if_cheaper(where, key, pool, spare);
   const std::size_t wanted = where.hole != nullptr ? where.need : round_up(key, page);
   if (spare >= wanted) return false;
-  const std::size_t idle = idle_pages(&where);
+  const bool captures = syncmem::detail::captures_open();
+  const bool move = where.hole != nullptr && !captures;
+  const std::size_t idle = idle_pages(&where, /*across=*/!move && !captures);
   const std::size_t enough = config_.grow_from_idle ? page : std::max(page, reserved_.bytes() / release_share_pages);
   if (idle < enough) return false;
-  unmap_idle(std::min(idle, wanted - spare), /*keep_handles=*/true, &where,
-             config_.grow_from_idle ? victims::smallest_first : victims::top_down);
+  const victims order = config_.grow_from_idle ? victims::smallest_first : victims::top_down;
+  if (move) {
+    move_idle(std::min(idle, wanted - spare), where, order, pool);
+    return false;
+  }
+  unmap_idle(std::min(idle, wanted - spare), /*keep_handles=*/true, &where, order);
   where = choose(key, pool, join_after);
   return where.fits != nullptr;
 }
@@ -153,7 +166,7 @@ bool growable_range::join_if_cheaper(placement& where, std::size_t key, const st
   placement joined = choose(key, pool, /*join_after=*/true);
   if (joined.hole == nullptr || joined.need >= where.need) return false;
   auto fresh = [spare](std::size_t need, std::size_t idle) { return need - std::min(need, spare + idle); };
-  if (fresh(joined.need, idle_pages(&joined)) > fresh(where.need, idle_pages(&where))) return false;
+  if (fresh(joined.need, idle_pages(&joined, false)) > fresh(where.need, idle_pages(&where, false))) return false;
   where = joined;
   return true;
 }
@@ -345,13 +358,12 @@ growable_range::stretch growable_range::movable(std::uintptr_t from, std::uintpt
 }
 
 // `keep`: the free blocks a growth extends or joins are not counted, nor taken.
-// Free blocks side by side count as one, whatever their pools, as
-// unmap_idle merges them once the device is idle (not while a capture may
+// With `across`, free blocks side by side count as one, whatever their pools,
+// as unmap_idle merges them once the device is idle (not while a capture may
 // still use memory freed on its stream).
-std::size_t growable_range::idle_pages(const placement* keep) const noexcept {
+std::size_t growable_range::idle_pages(const placement* keep, bool across) const noexcept {
   auto kept = [keep](const block* b) { return keep != nullptr && (b == keep->extended || b == keep->joined); };
   auto idle = [&kept](const block* b) { return b != nullptr && b->status == block_status::free && !kept(b); };
-  const bool across = !syncmem::detail::captures_open();
   std::size_t bytes = 0;
   for (const block* b = range_->first; b != nullptr; b = b->next) {
     if (!idle(b)) continue;
@@ -366,34 +378,85 @@ std::size_t growable_range::reclaim(std::size_t wanted, bool keep_handles) {
   return unmap_idle(wanted, keep_handles, nullptr, victims::top_down);
 }
 
+// The free blocks with pages to give, in the order they give them.
+std::vector<block*> growable_range::candidates(const placement* keep, victims order) const {
+  std::vector<block*> found;
+  for (block* b = range_->first; b != nullptr; b = b->next) {
+    if (b->status != block_status::free) continue;
+    if (keep != nullptr && (b == keep->extended || b == keep->joined)) continue;
+    if (movable(b).bytes() == 0) continue;
+    found.push_back(b);
+  }
+  // top_down: memory stays packed at the range's start.
+  std::reverse(found.begin(), found.end());
+  if (order == victims::smallest_first) {
+    std::stable_sort(found.begin(), found.end(), [](const block* a, const block* b) { return a->size < b->size; });
+  }
+  return found;
+}
+
 std::size_t growable_range::unmap_idle(std::size_t wanted, bool keep_handles, const placement* keep, victims order) {
   if (range_ == nullptr || wanted == 0) return 0;
-  if (idle_pages(keep) < page_size_) return 0;
+  const bool captures = syncmem::detail::captures_open();
+  if (moving_.empty() && idle_pages(keep, !captures) < page_size_) return 0;
   {
     // Free pages may still be used by work enqueued before their free.
     device_guard guard{device_};
     backend_.synchronize_device(index_);
   }
-  if (!syncmem::detail::captures_open()) merge_free_neighbours(keep);
-  std::vector<block*> candidates;
-  for (block* b = range_->first; b != nullptr; b = b->next) {
-    if (b->status != block_status::free) continue;
-    if (keep != nullptr && (b == keep->extended || b == keep->joined)) continue;
-    if (movable(b).bytes() == 0) continue;
-    candidates.push_back(b);
-  }
-  // top_down: memory stays packed at the range's start.
-  std::reverse(candidates.begin(), candidates.end());
-  if (order == victims::smallest_first) {
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const block* a, const block* b) { return a->size < b->size; });
-  }
+  settle(/*device_idle=*/true);
+  if (!captures) merge_free_neighbours(keep);
   std::size_t done = 0;
   // A block is only split or released by its own turn, so the candidates
   // after it stay valid.
-  for (auto it = candidates.begin(); it != candidates.end() && done < wanted; ++it) {
-    done += unmap_pages(*it, wanted - done, keep_handles);
+  for (block* b : candidates(keep, order)) {
+    if (done >= wanted) break;
+    done += unmap_pages(b, wanted - done, keep_handles);
   }
+  return done;
+}
+
+// Takes up to `wanted` bytes of idle pages for a growth of `pool` without
+// waiting for the device: their handles become spares, to be mapped where the
+// growth places them, while their old place stays mapped, as a moving
+// stretch, until the work enqueued before now has passed. Work that may still
+// use them is on the streams of the pools they were free in; the growing
+// stream waits for that work, so that what it does with the new block comes
+// after it. Free blocks of different pools are not merged (that needs the
+// device idle), so a page two of them share stays.
+std::size_t growable_range::move_idle(std::size_t wanted, const placement& keep, victims order,
+                                      const stream_pool& pool) {
+  // A growth too small for large pages maps pages only: a large page moved
+  // there would be let go while still mapped at its old place.
+  const bool pages_only = keep.need < large_page_growth;
+  std::vector<std::pair<block*, std::size_t>> taken;  // each block, and what was still wanted at its turn
+  std::vector<const stream_pool*> owners;
+  std::size_t planned = 0;
+  for (block* b : candidates(&keep, order)) {
+    if (planned >= wanted) break;
+    const stretch s = movable(b);
+    const std::size_t bytes = s.end - cut_from_end(s, wanted - planned, pages_only).start;
+    if (bytes == 0) continue;
+    taken.emplace_back(b, wanted - planned);
+    planned += bytes;
+    if (std::find(owners.begin(), owners.end(), b->owner) == owners.end()) owners.push_back(b->owner);
+  }
+  if (taken.empty()) return 0;
+  for (const stream_pool* o : owners) {
+    if (o == &pool || o->kind == stream_pool::role::idle) continue;
+    if (o->kind == stream_pool::role::live) {
+      events_.order_after(o->stream, pool.stream);
+    } else {
+      events_.wait(pool.stream, o->retire_event);
+    }
+  }
+  moving_.reserve(moving_.size() + 1);
+  move_out m;
+  m.stretches.reserve(taken.size());
+  m.passed = events_.record_on(pool.stream);
+  moving_.push_back(std::move(m));
+  std::size_t done = 0;
+  for (const auto& [b, want] : taken) done += move_pages(b, want, pages_only, moving_.back().stretches);
   return done;
 }
 
@@ -417,18 +480,23 @@ void growable_range::merge_free_neighbours(const placement* keep) noexcept {
   }
 }
 
+growable_range::cut growable_range::cut_from_end(const stretch& s, std::size_t wanted, bool pages_only) const noexcept {
+  cut c{s.end, 0};
+  while (c.start > s.start && s.end - c.start < wanted) {
+    const std::size_t slot = slot_of(c.start - page_size_);
+    if (pages_only && large_[slot]) break;
+    c.start = large_[slot] ? large_start(slot) : c.start - page_size_;
+    ++c.units;
+  }
+  return c;
+}
+
 // Unmaps the pages at the end of b's movable stretch, large pages whole,
 // until `wanted` bytes (or the stretch) are unmapped.
 std::size_t growable_range::unmap_pages(block* b, std::size_t wanted, bool keep_handles) {
   const stretch s = movable(b);
   if (s.bytes() == 0) return 0;
-  std::uintptr_t start = s.end;
-  std::size_t units = 0;
-  while (start > s.start && s.end - start < wanted) {
-    const std::size_t slot = slot_of(start - page_size_);
-    start = large_[slot] ? large_start(slot) : start - page_size_;
-    ++units;
-  }
+  const auto [start, units] = cut_from_end(s, wanted, /*pages_only=*/false);
   // The guard, every record and slot first, so that nothing fails once pages are unmapped.
   device_guard guard{device_};
   backend_.make_current(index_);
@@ -441,6 +509,87 @@ std::size_t growable_range::unmap_pages(block* b, std::size_t wanted, bool keep_
   add_unmapped(middle);
   reserved_.count_release();
   return s.end - start;
+}
+
+// Takes the pages at the end of b's movable stretch, as unmap_pages does, but
+// leaves them mapped there: their handles become spares and their old place a
+// moving stretch, added to `stretches` (room reserved by the caller).
+std::size_t growable_range::move_pages(block* b, std::size_t wanted, bool pages_only, std::vector<block*>& stretches) {
+  const stretch s = movable(b);
+  const auto [start, units] = cut_from_end(s, wanted, pages_only);
+  if (units == 0) return 0;
+  block* const middle = cut_out(b, start, s.end, units);
+  middle->status = block_status::moving;
+  for (std::uintptr_t at = start; at < s.end;) {
+    const std::size_t slot = slot_of(at);
+    const bool large = large_[slot];
+    (large ? spare_large_ : spare_pages_).push_back(pages_[slot]);  // room reserved by cut_out
+    at += (large ? large_pages_ : 1) * page_size_;
+  }
+  stretches.push_back(middle);
+  orphans_.reserve(orphans_.size() + spare_pages_.size() + spare_large_.size());  // release_spares cannot fail
+  reserved_.count_release();
+  return s.end - start;
+}
+
+// Unmaps the old places of moved pages whose earlier work has passed (all of
+// them when the device is idle), then releases the handles let go meanwhile
+// that are mapped nowhere else.
+void growable_range::settle(bool device_idle) {
+  // While a capture is open, an event query could invalidate it; this waits.
+  if (moving_.empty() || (!device_idle && syncmem::detail::captures_open())) return;
+  for (std::size_t i = 0; i < moving_.size();) {
+    move_out& m = moving_[i];
+    if (!device_idle && !events_.passed(m.passed)) {
+      ++i;
+      continue;
+    }
+    {
+      device_guard guard{device_};
+      backend_.make_current(index_);
+      for (block* b : m.stretches) unmap_moved(b);
+    }
+    m.stretches.clear();
+    events_.put(m.passed);
+    moving_[i] = std::move(moving_.back());
+    moving_.pop_back();
+  }
+  if (orphans_.empty()) return;
+  device_guard guard{device_};
+  std::erase_if(orphans_, [this](const std::pair<handle, std::size_t>& o) {
+    if (still_mapped_elsewhere(o.first)) return false;
+    backend_.vmm_release(index_, o.first, o.second);
+    reserved_.remove(o.second);
+    return true;
+  });
+}
+
+// Unmaps a moving stretch, which becomes a hole (its handles are mapped elsewhere, or orphans).
+void growable_range::unmap_moved(block* b) noexcept {
+  for (std::uintptr_t at = b->ptr; at < b->end();) {
+    const std::size_t first = slot_of(at);
+    const std::size_t n = large_[first] ? large_pages_ : 1;
+    backend_.vmm_unmap(index_, reinterpret_cast<void*>(at), n * page_size_);
+    for (std::size_t i = first; i < first + n; ++i) {
+      pages_[i] = 0;
+      large_[i] = false;
+    }
+    mapped_pages_ -= n;
+    at += n * page_size_;
+  }
+  b->status = block_status::unmapped;
+  add_unmapped(b);
+}
+
+bool growable_range::still_mapped_elsewhere(handle h) const noexcept {
+  for (const move_out& m : moving_) {
+    for (const block* b : m.stretches) {
+      for (std::size_t i = slot_of(b->ptr); i < slot_of(b->end()); ++i) {
+        if (pages_[i] == h) return true;
+      }
+    }
+  }
+  return false;
 }
 
 // Cuts [start, aligned_end) out of the free block `b` as an unmapped block,
@@ -521,18 +670,22 @@ void growable_range::add_unmapped(block* m) {
   unmapped_.insert(m);
 }
 
+// A spare still mapped at a moving stretch becomes an orphan, released with
+// it: its memory is not free before that.
 void growable_range::release_spares() noexcept {
   if (spare_pages_.empty() && spare_large_.empty()) return;
   try {
     device_guard guard{device_};
-    for (auto h : spare_pages_) {
-      backend_.vmm_release(index_, h, page_size_);
-      reserved_.remove(page_size_);
-    }
-    for (auto h : spare_large_) {
-      backend_.vmm_release(index_, h, large_pages_ * page_size_);
-      reserved_.remove(large_pages_ * page_size_);
-    }
+    auto let_go = [this](handle h, std::size_t bytes) {
+      if (!moving_.empty() && still_mapped_elsewhere(h)) {
+        orphans_.emplace_back(h, bytes);
+        return;
+      }
+      backend_.vmm_release(index_, h, bytes);
+      reserved_.remove(bytes);
+    };
+    for (auto h : spare_pages_) let_go(h, page_size_);
+    for (auto h : spare_large_) let_go(h, large_pages_ * page_size_);
   } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
   }
   spare_pages_.clear();
@@ -542,6 +695,7 @@ void growable_range::release_spares() noexcept {
 void growable_range::release_all() noexcept {
   if (range_ == nullptr) return;
   try {
+    settle(/*device_idle=*/true);
     device_guard guard{device_};
     backend_.make_current(index_);
     for (std::size_t i = 0; i < pages_.size();) {

@@ -7,6 +7,11 @@
 // Its blocks belong to the large pools like those of ordinary segments; the
 // unmapped stretches between them are blocks too, kept by size. Not
 // thread-safe: the allocator calls it under its lock.
+//
+// A growth that takes idle pages does not wait for the device: it maps their
+// memory at its new place as well, makes the growing stream wait for the
+// work of the streams that freed them, and unmaps their old place once that
+// work has passed (see docs/allocator.md).
 
 #include <atomic>
 #include <cstddef>
@@ -14,10 +19,12 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
 #include "mr/caching/block.hpp"
+#include "mr/caching/caching_events.hpp"
 #include "mr/caching/reservation.hpp"
 #include "mr/caching/stream_pools.hpp"
 #include "syncmem/device.hpp"
@@ -34,7 +41,8 @@ class growable_range {
     std::size_t large_page_size = 0;   // caching_options::expandable_large_page_size
   };
 
-  growable_range(device_id device, settings config, std::string name, stream_pools& pools, reservation& reserved);
+  growable_range(device_id device, settings config, std::string name, stream_pools& pools, reservation& reserved,
+                 caching_events& events);
   growable_range(const growable_range&) = delete;
   growable_range& operator=(const growable_range&) = delete;
 
@@ -60,6 +68,9 @@ class growable_range {
   [[nodiscard]] bool has_mapped_pages() const noexcept { return mapped_pages_ > 0; }
   // Unmaps and releases everything; for the allocator's destructor, with the device idle.
   void release_all() noexcept;
+  // Growths whose moved pages are still mapped at their old place too (a
+  // later growth unmaps them there once their earlier work has passed).
+  [[nodiscard]] std::size_t moves_in_flight() const noexcept { return moving_.size(); }
 
  private:
   using handle = syncmem::detail::physical_handle;
@@ -106,10 +117,25 @@ class growable_range {
   };
   [[nodiscard]] stretch movable(const block* b) const noexcept { return movable(b->ptr, b->end()); }
   [[nodiscard]] stretch movable(std::uintptr_t from, std::uintptr_t to) const noexcept;
-  [[nodiscard]] std::size_t idle_pages(const placement* keep) const noexcept;
+  // `across`: free blocks side by side count as one, whatever their pools.
+  [[nodiscard]] std::size_t idle_pages(const placement* keep, bool across) const noexcept;
+  [[nodiscard]] std::vector<block*> candidates(const placement* keep, victims order) const;
   std::size_t unmap_idle(std::size_t wanted, bool keep_handles, const placement* keep, victims order);
+  std::size_t move_idle(std::size_t wanted, const placement& keep, victims order, const stream_pool& pool);
   void merge_free_neighbours(const placement* keep) noexcept;
+  // The first address of the pages at the end of `s` that make `wanted`
+  // bytes (large pages whole; with `pages_only`, up to the first large page),
+  // and how many units they are.
+  struct cut {
+    std::uintptr_t start = 0;
+    std::size_t units = 0;
+  };
+  [[nodiscard]] cut cut_from_end(const stretch& s, std::size_t wanted, bool pages_only) const noexcept;
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
+  std::size_t move_pages(block* b, std::size_t wanted, bool pages_only, std::vector<block*>& stretches);
+  void settle(bool device_idle);
+  void unmap_moved(block* b) noexcept;
+  [[nodiscard]] bool still_mapped_elsewhere(handle h) const noexcept;
   block* cut_out(block* b, std::uintptr_t start, std::uintptr_t aligned_end, std::size_t spares);
   void unmap_unit(std::uintptr_t address, bool keep_handle) noexcept;
   void add_unmapped(block* m);
@@ -133,6 +159,16 @@ class growable_range {
   std::vector<handle> spare_large_;
   std::size_t mapped_pages_ = 0;
   std::set<block*, by_size_then_address> unmapped_;
+  caching_events& events_;
+  // The pages one growth moved, left mapped at their old place until the
+  // work enqueued before the growth has passed.
+  struct move_out {
+    CUevent_st* passed = nullptr;   // recorded on the growing stream after its waits
+    std::vector<block*> stretches;  // their old places, status moving
+  };
+  std::vector<move_out> moving_;
+  // Spare handles let go while still mapped at a moving stretch: released once it is unmapped.
+  std::vector<std::pair<handle, std::size_t>> orphans_;
 };
 
 }  // namespace syncmem::mr::detail::caching
