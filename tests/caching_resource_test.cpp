@@ -162,6 +162,46 @@ TYPED_TEST(caching_test, GrowthTakesIdlePagesOfAHeldStreamWithoutWaitingForIt) {
   }
 }
 
+// Random growths across streams under grow_from_idle, each block freed with a
+// write still queued on its stream: whatever pages move, a block's bytes are
+// what its own stream last wrote when it is checked.
+TYPED_TEST(caching_test, PagesMovedAcrossStreamsKeepEveryByte) {
+  auto r = this->make("expandable:1,grow_from_idle:1,thread_cache_mb:0");
+  std::vector<stream> streams;
+  for (int i = 0; i < 3; ++i) streams.emplace_back(this->device_);
+  struct live {
+    void* p;
+    std::size_t bytes;
+    stream_view s;
+    std::uint64_t seed;
+  };
+  std::vector<live> blocks;
+  auto& random = test::rng();
+  for (int step = 0; step < 120; ++step) {
+    if (blocks.size() < 6 && (blocks.empty() || random() % 2 == 0)) {
+      const std::size_t bytes = (1 + random() % 12) * MiB + random() % MiB;
+      const stream_view s = streams[random() % streams.size()];
+      void* p = r->allocate(bytes, s);
+      const auto seed = fresh_seed();
+      this->fill(s, p, bytes, seed);
+      blocks.push_back({p, bytes, s, seed});
+      continue;
+    }
+    const auto i = random() % blocks.size();
+    const live b = blocks[i];
+    ASSERT_TRUE(this->holds(b.s, b.p, b.bytes, b.seed)) << "step " << step;
+    device_sleep(b.s, std::chrono::milliseconds{5});
+    this->fill(b.s, b.p, b.bytes, fresh_seed());  // still queued when the block is freed
+    r->deallocate(b.p, b.bytes, b.s);
+    blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  for (const live& b : blocks) {
+    EXPECT_TRUE(this->holds(b.s, b.p, b.bytes, b.seed));
+    r->deallocate(b.p, b.bytes, b.s);
+  }
+  EXPECT_GT(r->statistics().segment_releases, 0U) << "no growth moved pages: the test did not test";
+}
+
 TYPED_TEST(caching_test, RecordStreamDefersReuseUntilThatStreamHasPassed) {
   for (const char* conf : {"", "thread_cache_mb:0"}) {
     for (const bool on_a_third_stream : {false, true}) {
