@@ -272,13 +272,11 @@ TEST(GrowableRange, AMovedLargePageLetGoCountsUntilItsOldPlaceIsUnmapped) {
   EXPECT_EQ(p.range.moves_in_flight(), 1U);
   EXPECT_EQ(p.reserved.bytes(), (306 + 30) * MiB);  // the two let go still count
   expect_usable(s, grown);
-  synchronize_device(device);
   grown->status = block_status::allocated;
-  block* next = p.range.grow(2 * MiB, pool);  // settles the move first: the two large pages go
-  ASSERT_NE(next, nullptr);
+  // As empty_cache with nothing free: the move settles, the two go back.
+  EXPECT_EQ(p.range.reclaim(0, /*keep_handles=*/false), 40 * MiB);
   EXPECT_EQ(p.range.moves_in_flight(), 0U);
-  EXPECT_EQ(p.reserved.bytes(), (306 + 30 - 40 + 2) * MiB);
-  expect_usable(s, next);
+  EXPECT_EQ(p.reserved.bytes(), (306 + 30 - 40) * MiB);  // the two large pages went with their old place
   expect_usable(s, grown);
 }
 

@@ -440,10 +440,12 @@ std::size_t caching_state::trim(std::size_t max_cached_bytes) {
 }
 
 std::size_t caching_state::release_free(std::size_t max_cached_bytes) {
-  if (pools_.free_bytes() <= max_cached_bytes) return 0;
+  const std::size_t free = pools_.free_bytes();
+  // Pages moved by a growth may still hold memory at their old place.
+  if (free <= max_cached_bytes && range_.moves_in_flight() == 0) return 0;
   std::size_t released = 0;
   if (range_.range() != nullptr) {
-    released += range_.reclaim(pools_.free_bytes() - max_cached_bytes, /*keep_handles=*/false);
+    released += range_.reclaim(free > max_cached_bytes ? free - max_cached_bytes : 0, /*keep_handles=*/false);
   }
   for (auto* seg : segments_.idle()) {
     if (pools_.free_bytes() <= max_cached_bytes) break;

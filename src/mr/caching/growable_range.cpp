@@ -109,7 +109,7 @@ growable_range::placement growable_range::choose(std::size_t key, const stream_p
 }
 
 block* growable_range::grow(std::size_t key, stream_pool& pool) {
-  settle(/*device_idle=*/false);
+  (void)settle(/*device_idle=*/false);
   placement where = choose(key, pool, /*join_after=*/false);
   if (where.fits == nullptr && make_room(where, key, pool)) release_spares();
   if (where.fits != nullptr) return pools_.take_whole(where.fits, key, pool);
@@ -395,8 +395,10 @@ std::vector<block*> growable_range::candidates(const placement* keep, victims or
   return found;
 }
 
+// With nothing wanted it still unmaps the old places of moved pages, and
+// releases the handles let go meanwhile (empty_cache, trim, running out).
 std::size_t growable_range::unmap_idle(std::size_t wanted, bool keep_handles, const placement* keep, victims order) {
-  if (range_ == nullptr || wanted == 0) return 0;
+  if (range_ == nullptr || (wanted == 0 && moving_.empty())) return 0;
   const bool captures = syncmem::detail::captures_open();
   if (moving_.empty() && idle_pages(keep, !captures) < page_size_) return 0;
   {
@@ -404,7 +406,7 @@ std::size_t growable_range::unmap_idle(std::size_t wanted, bool keep_handles, co
     device_guard guard{device_};
     backend_.synchronize_device(index_);
   }
-  settle(/*device_idle=*/true);
+  const std::size_t let_go = settle(/*device_idle=*/true);
   if (!captures) merge_free_neighbours(keep);
   std::size_t done = 0;
   // A block is only split or released by its own turn, so the candidates
@@ -413,7 +415,7 @@ std::size_t growable_range::unmap_idle(std::size_t wanted, bool keep_handles, co
     if (done >= wanted) break;
     done += unmap_pages(b, wanted - done, keep_handles);
   }
-  return done;
+  return keep_handles ? done : done + let_go;
 }
 
 // Takes up to `wanted` bytes of idle pages for a growth of `pool` without
@@ -534,10 +536,10 @@ std::size_t growable_range::move_pages(block* b, std::size_t wanted, bool pages_
 
 // Unmaps the old places of moved pages whose earlier work has passed (all of
 // them when the device is idle), then releases the handles let go meanwhile
-// that are mapped nowhere else.
-void growable_range::settle(bool device_idle) {
+// that are mapped nowhere else; returns their bytes.
+std::size_t growable_range::settle(bool device_idle) {
   // While a capture is open, an event query could invalidate it; this waits.
-  if (moving_.empty() || (!device_idle && syncmem::detail::captures_open())) return;
+  if (moving_.empty() || (!device_idle && syncmem::detail::captures_open())) return 0;
   for (std::size_t i = 0; i < moving_.size();) {
     move_out& m = moving_[i];
     if (!device_idle && !events_.passed(m.passed)) {
@@ -554,14 +556,17 @@ void growable_range::settle(bool device_idle) {
     moving_[i] = std::move(moving_.back());
     moving_.pop_back();
   }
-  if (orphans_.empty()) return;
+  if (orphans_.empty()) return 0;
   device_guard guard{device_};
-  std::erase_if(orphans_, [this](const std::pair<handle, std::size_t>& o) {
+  std::size_t released = 0;
+  std::erase_if(orphans_, [this, &released](const std::pair<handle, std::size_t>& o) {
     if (still_mapped_elsewhere(o.first)) return false;
     backend_.vmm_release(index_, o.first, o.second);
     reserved_.remove(o.second);
+    released += o.second;
     return true;
   });
+  return released;
 }
 
 // Unmaps a moving stretch, which becomes a hole (its handles are mapped elsewhere, or orphans).
@@ -695,7 +700,7 @@ void growable_range::release_spares() noexcept {
 void growable_range::release_all() noexcept {
   if (range_ == nullptr) return;
   try {
-    settle(/*device_idle=*/true);
+    (void)settle(/*device_idle=*/true);
     device_guard guard{device_};
     backend_.make_current(index_);
     for (std::size_t i = 0; i < pages_.size();) {

@@ -60,7 +60,8 @@ class growable_range {
   [[nodiscard]] block* grow(std::size_t key, stream_pool& pool);
   // Unmaps whole pages of free blocks, from the top of the range down, until
   // `wanted` bytes are unmapped; keeps their handles for reuse when asked.
-  // Returns the bytes unmapped.
+  // Unmaps the old places of moved pages first, whatever is wanted. Returns
+  // the bytes unmapped (and released, as moved handles let go).
   std::size_t reclaim(std::size_t wanted, bool keep_handles);
 
   // nullptr until reserved.
@@ -133,7 +134,7 @@ class growable_range {
   [[nodiscard]] cut cut_from_end(const stretch& s, std::size_t wanted, bool pages_only) const noexcept;
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
   std::size_t move_pages(block* b, std::size_t wanted, bool pages_only, std::vector<block*>& stretches);
-  void settle(bool device_idle);
+  std::size_t settle(bool device_idle);
   void unmap_moved(block* b) noexcept;
   [[nodiscard]] bool still_mapped_elsewhere(handle h) const noexcept;
   block* cut_out(block* b, std::uintptr_t start, std::uintptr_t aligned_end, std::size_t spares);
