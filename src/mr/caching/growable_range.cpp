@@ -570,7 +570,7 @@ std::size_t growable_range::settle(bool device_idle) {
 }
 
 // Unmaps a moving stretch, which becomes a hole (its handles are mapped elsewhere, or orphans).
-void growable_range::unmap_moved(block* b) noexcept {
+void growable_range::unmap_moved(block* b) {
   for (std::uintptr_t at = b->ptr; at < b->end();) {
     const std::size_t first = slot_of(at);
     const std::size_t n = large_[first] ? large_pages_ : 1;

@@ -135,7 +135,7 @@ class growable_range {
   std::size_t unmap_pages(block* b, std::size_t wanted, bool keep_handles);
   std::size_t move_pages(block* b, std::size_t wanted, bool pages_only, std::vector<block*>& stretches);
   std::size_t settle(bool device_idle);
-  void unmap_moved(block* b) noexcept;
+  void unmap_moved(block* b);
   [[nodiscard]] bool still_mapped_elsewhere(handle h) const noexcept;
   block* cut_out(block* b, std::uintptr_t start, std::uintptr_t aligned_end, std::size_t spares);
   void unmap_unit(std::uintptr_t address, bool keep_handle) noexcept;
