@@ -37,6 +37,16 @@ struct parts {
   growable_range range;
 };
 
+// Two streams of the device and their pools in `p`.
+struct two_streams {
+  explicit two_streams(parts& p)
+      : pool{p.pools.pool_for(s.view().native_handle())}, elsewhere{p.pools.pool_for(other.view().native_handle())} {}
+  stream s{device};
+  stream other{device};
+  stream_pool& pool;
+  stream_pool& elsewhere;
+};
+
 void expect_usable(stream_view s, const block* b) {
   const auto seed = syncmem::test::fresh_seed();
   auto* p = reinterpret_cast<void*>(b->ptr);
@@ -118,10 +128,8 @@ TEST(GrowableRange, TheLimitRefusesNewPages) {
 
 TEST(GrowableRange, IdlePagesMoveWhereGrowthNeedsThem) {
   parts p{true, true};
-  stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-  stream other{device};
-  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  two_streams streams{p};
+  auto& [s, other, pool, elsewhere] = streams;
   ASSERT_TRUE(p.range.ready());
   block* idle = p.range.grow(32 * MiB, elsewhere);
   ASSERT_NE(idle, nullptr);
@@ -138,10 +146,8 @@ TEST(GrowableRange, IdlePagesMoveWhereGrowthNeedsThem) {
 TEST(GrowableRange, GrowFromIdleTakesEvenAFewIdlePages) {
   for (const bool from_idle : {true, false}) {
     parts p{true, true, from_idle};
-    stream s{device};
-    stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-    stream other{device};
-    stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+    two_streams streams{p};
+    auto& [s, other, pool, elsewhere] = streams;
     ASSERT_TRUE(p.range.ready());
     block* in_use = p.range.grow(64 * MiB, pool);
     ASSERT_NE(in_use, nullptr);
@@ -164,10 +170,8 @@ TEST(GrowableRange, GrowFromIdleTakesEvenAFewIdlePages) {
 // a large free block stays whole for the large request it can serve.
 TEST(GrowableRange, GrowFromIdleTakesPagesFromTheSmallestFreeBlocksFirst) {
   parts p{true, true, true};  // 2 MiB pages
-  stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-  stream other{device};
-  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  two_streams streams{p};
+  auto& [s, other, pool, elsewhere] = streams;
   ASSERT_TRUE(p.range.ready());
   // [0, 4) in use, [4, 8) small, [8, 12) in use, [12, 28) large, [28, 32) in use.
   std::vector<block*> blocks;
@@ -203,10 +207,8 @@ TEST(GrowableRange, GrowFromIdleTakesPagesFromTheSmallestFreeBlocksFirst) {
 TEST(GrowableRange, MovingPagesWaitsForTheirStreamNotForTheDevice) {
   SYNCMEM_REQUIRE_STREAM_HOLDS();
   parts p{true, true, true};  // 2 MiB pages
-  stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-  stream other{device};
-  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  two_streams streams{p};
+  auto& [s, other, pool, elsewhere] = streams;
   ASSERT_TRUE(p.range.ready());
   block* in_use = p.range.grow(6 * MiB, pool);  // [0, 6) in use on s
   ASSERT_NE(in_use, nullptr);
@@ -248,10 +250,8 @@ TEST(GrowableRange, MovingPagesWaitsForTheirStreamNotForTheDevice) {
 // pages leaves them where they are.
 TEST(GrowableRange, AMovedLargePageLetGoCountsUntilItsOldPlaceIsUnmapped) {
   parts p{true, true, true, 0, 20 * MiB};
-  stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-  stream other{device};
-  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  two_streams streams{p};
+  auto& [s, other, pool, elsewhere] = streams;
   ASSERT_TRUE(p.range.ready());
   block* a = p.range.grow(300 * MiB, elsewhere);  // [0, 300): fifteen large pages
   ASSERT_NE(a, nullptr);
@@ -316,10 +316,8 @@ TEST(GrowableRange, GrowFromIdleMapsAHoleWholeToJoinFreeBlocksOnBothSides) {
 // to a multiple of it: growth maps, and reclaim unmaps, whole such pages.
 TEST(GrowableRange, PagesOfAChosenSizeRoundedToTheGranularity) {
   parts p{true, true, true, 5 * MiB};  // 6 MiB pages
-  stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-  stream other{device};
-  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  two_streams streams{p};
+  auto& [s, other, pool, elsewhere] = streams;
   ASSERT_TRUE(p.range.ready());
   block* a = p.range.grow(3 * MiB, pool);  // [0, 3) of the first page
   ASSERT_NE(a, nullptr);
@@ -383,10 +381,8 @@ TEST(GrowableRange, LargePagesMapTheBulkOfABigGrowth) {
 // idle ones move as they are into a growth of another stream.
 TEST(GrowableRange, ALargePageMovesOnlyWhenAllOfItIsIdle) {
   parts p{true, true, true, 0, 20 * MiB};
-  stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
-  stream other{device};
-  stream_pool& elsewhere = p.pools.pool_for(other.view().native_handle());
+  two_streams streams{p};
+  auto& [s, other, pool, elsewhere] = streams;
   ASSERT_TRUE(p.range.ready());
   const std::uintptr_t base = p.range.range()->base;
   block* a = p.range.grow(300 * MiB, elsewhere);  // fifteen large pages
