@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "syncmem/error.hpp"
+#include "test_support.hpp"
 
 using ::testing::HasSubstr;
 
@@ -120,8 +121,20 @@ TEST(CachingOptions, ComeFromTheEnvironment) {
   EXPECT_TRUE(o.expandable);
   EXPECT_EQ(o.limit, 100 * MiB);
   EXPECT_EQ(mr::caching_options::environment_text(), "expandable:1,limit_mb:100");
+  // Over a base, only the keys the variable names change.
+  mr::caching_options base;
+  base.grow_from_idle = true;
+  base.thread_cache_size = (1 + test::rng()() % 64) * MiB;
+  ::setenv("SYNCMEM_ALLOC_CONF", "limit_mb:100,grow_from_idle:0", 1);
+  mr::caching_options layered = base;
+  layered.limit = 100 * MiB;
+  layered.grow_from_idle = false;
+  EXPECT_EQ(mr::caching_options::from_environment(base), layered);
   ::setenv("SYNCMEM_ALLOC_CONF", "limit_mb:lots", 1);
   EXPECT_THROW((void)mr::caching_options::from_environment(), logic_error);
+  EXPECT_THROW((void)mr::caching_options::from_environment(base), logic_error);
+  ::unsetenv("SYNCMEM_ALLOC_CONF");
+  EXPECT_EQ(mr::caching_options::from_environment(base), base);
   if (saved != nullptr) {
     ::setenv("SYNCMEM_ALLOC_CONF", previous.c_str(), 1);
   } else {

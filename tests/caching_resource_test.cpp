@@ -19,7 +19,6 @@
 #include "syncmem/mr/allocation_label.hpp"
 #include "syncmem/mr/cuda_resource.hpp"
 #include "syncmem/mr/emulated_resource.hpp"
-#include "syncmem/mr/per_device_resource.hpp"
 
 using ::testing::HasSubstr;
 
@@ -203,14 +202,15 @@ TYPED_TEST(caching_test, PagesMovedAcrossStreamsKeepEveryByte) {
 }
 
 TYPED_TEST(caching_test, RecordStreamDefersReuseUntilThatStreamHasPassed) {
-  for (const char* conf : {"", "thread_cache_mb:0"}) {
+  // The growable range's blocks too: grow_from_idle sends requests above 256 KiB there.
+  for (const char* conf : {"", "thread_cache_mb:0", "expandable:1,grow_from_idle:1,thread_cache_mb:0"}) {
     for (const bool on_a_third_stream : {false, true}) {
       auto r = this->make(conf);
       stream home{this->device_};
       stream other{this->device_};
       stream third{this->device_};
       stream_view next = on_a_third_stream ? stream_view{third} : stream_view{home};
-      const std::size_t bytes = 1 + test::rng()() % 200000;
+      const std::size_t bytes = 1 + test::rng()() % (test::rng()() % 2 == 0 ? 200000 : 8 * MiB);
       void* p = r->allocate(bytes, home);
       r->record_stream(p, other);
       device_sleep(other, std::chrono::milliseconds{50});
@@ -810,42 +810,6 @@ TYPED_TEST(caching_test, MaxSplitKeepsOversizeBlocksWhole) {
   EXPECT_EQ(again, huge);
   r->deallocate(again, 15 * MiB, s);
   r->deallocate(medium, 2 * MiB, s);
-}
-
-TEST(CachingResource, IsTheDefaultOfEveryDevice) {
-  for (int i = 0; i < device_count(device_kind::emulated); ++i) {
-    mr::caching_resource& r = mr::default_resource(device_id::emulated(i));
-    EXPECT_EQ(&r, &mr::get_per_device_resource(device_id::emulated(i)));
-    EXPECT_EQ(r.device(), device_id::emulated(i));
-  }
-  EXPECT_THROW((void)mr::default_resource(device_id::emulated(9)), logic_error);
-}
-
-// Its statistics count what the defaults hand out, with no cast; a replaced
-// default leaves it reachable and unchanged.
-TEST(CachingResource, TheDefaultPoolIsReachableTyped) {
-  const auto device = device_id::emulated(1);
-  mr::caching_resource& pool = mr::default_resource(device);
-  const auto before = pool.statistics();
-  const std::size_t bytes = 4096 + test::rng()() % 4096;
-  auto s = default_stream(device);
-  void* p = mr::get_per_device_resource(device).allocate(bytes, s);
-  EXPECT_EQ(pool.statistics().requested_bytes, before.requested_bytes + bytes);
-  EXPECT_EQ(pool.statistics().live_allocations, before.live_allocations + 1);
-  mr::caching_resource second{device};  // a pool of its own, on purpose
-  EXPECT_NE(&second, &pool);
-  mr::memory_resource* previous = mr::set_per_device_resource(device, &second);
-  EXPECT_EQ(previous, &pool);
-  EXPECT_EQ(&mr::get_per_device_resource(device), &second);
-  EXPECT_EQ(&mr::default_resource(device), &pool);
-  void* q = mr::get_per_device_resource(device).allocate(bytes, s);
-  EXPECT_EQ(second.statistics().live_allocations, 1U);
-  EXPECT_EQ(pool.statistics().live_allocations, before.live_allocations + 1);
-  second.deallocate(q, bytes, s);
-  mr::set_per_device_resource(device, nullptr);
-  EXPECT_EQ(&mr::get_per_device_resource(device), &pool);
-  pool.deallocate(p, bytes, s);
-  EXPECT_EQ(pool.statistics().live_allocations, before.live_allocations);
 }
 
 TEST(CachingResource, RefusesAnUpstreamOfAnotherDevice) {

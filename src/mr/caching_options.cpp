@@ -48,7 +48,11 @@ std::string mib_text(std::optional<std::size_t> bytes) {
 }  // namespace
 
 caching_options caching_options::parse(std::string_view text, std::string_view source) {
-  caching_options o;
+  return caching_options{}.with(text, source);
+}
+
+caching_options caching_options::with(std::string_view text, std::string_view source) const {
+  caching_options o = *this;
   std::set<std::string, std::less<>> seen;
   auto fail = [&](const std::string& what) { reject(source, text, what); };
   auto mib = [&](std::string_view key, std::string_view value, std::uint64_t low, std::uint64_t high,
@@ -113,10 +117,12 @@ std::optional<std::string> caching_options::environment_text() {
   return std::string{text};
 }
 
-caching_options caching_options::from_environment() {
+caching_options caching_options::from_environment() { return from_environment(caching_options{}); }
+
+caching_options caching_options::from_environment(const caching_options& base) {
   const auto text = environment_text();
-  if (!text) return {};
-  return parse(*text, environment_variable);
+  if (!text) return base;
+  return base.with(*text, environment_variable);
 }
 
 std::string caching_options::to_string() const {

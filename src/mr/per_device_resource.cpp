@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,12 +21,16 @@ constexpr std::size_t max_devices = 64;
 struct slot {
   std::atomic<memory_resource*> current{nullptr};
   std::once_flag made;
-  caching_resource* built_in = nullptr;  // never destroyed: frees may come after main()
+  std::atomic<caching_resource*> built_in{nullptr};  // never destroyed: frees may come after main()
 };
 
 struct registry {
   std::array<slot, max_devices> cuda;
   std::array<slot, max_devices> emulated;
+  // What the built-in resources are made with below SYNCMEM_ALLOC_CONF; the
+  // mutex also orders each making against set_default_caching_options.
+  std::mutex defaults_mutex;
+  caching_options defaults;
   slot& at(device_id device) {
     return (device.kind() == device_kind::cuda ? cuda : emulated)[static_cast<std::size_t>(device.index())];
   }
@@ -36,12 +41,15 @@ registry& slots() {
   return *r;
 }
 
-// A caching allocator per device, configured by SYNCMEM_ALLOC_CONF (a
-// malformed value is an error here, on first use, naming what is wrong).
-caching_resource* make_built_in(device_id device) {
-  auto* r = new caching_resource{device, caching_options::from_environment()};
+// A caching allocator per device, configured by SYNCMEM_ALLOC_CONF over the
+// process's defaults (a malformed value is an error here, on first use,
+// naming what is wrong).
+void make_built_in(slot& s, device_id device) {
+  registry& all = slots();
+  std::lock_guard lock{all.defaults_mutex};
+  auto* r = new caching_resource{device, caching_options::from_environment(all.defaults)};
   syncmem::detail::release_at_exit([r] { r->empty_cache(); });
-  return r;
+  s.built_in.store(r, std::memory_order_release);
 }
 
 slot& checked_slot(device_id device) {
@@ -52,8 +60,8 @@ slot& checked_slot(device_id device) {
 }
 
 caching_resource& built_in(slot& s, device_id device) {
-  std::call_once(s.made, [&] { s.built_in = make_built_in(device); });
-  return *s.built_in;
+  std::call_once(s.made, [&] { make_built_in(s, device); });
+  return *s.built_in.load(std::memory_order_acquire);
 }
 
 }  // namespace
@@ -69,6 +77,23 @@ memory_resource& get_per_device_resource(device_id device) {
 }
 
 caching_resource& default_resource(device_id device) { return built_in(checked_slot(device), device); }
+
+std::vector<device_id> set_default_caching_options(const caching_options& options) {
+  registry& all = slots();
+  std::lock_guard lock{all.defaults_mutex};
+  const caching_options wanted = caching_options::from_environment(options);  // throws before changing anything
+  all.defaults = options;
+  std::vector<device_id> kept;
+  auto scan = [&](std::array<slot, max_devices>& slots_of_kind, device_id (*id)(int)) {
+    for (std::size_t i = 0; i < max_devices; ++i) {
+      const caching_resource* r = slots_of_kind[i].built_in.load(std::memory_order_acquire);
+      if (r != nullptr && r->options() != wanted) kept.push_back(id(static_cast<int>(i)));
+    }
+  };
+  scan(all.cuda, &device_id::cuda);
+  scan(all.emulated, &device_id::emulated);
+  return kept;
+}
 
 memory_resource& get_current_device_resource() { return get_per_device_resource(current_device()); }
 

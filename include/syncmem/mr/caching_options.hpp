@@ -85,9 +85,17 @@ struct caching_options {
   /// text came from in error messages.
   /// @throws syncmem::logic_error naming the bad key or value and what is valid
   [[nodiscard]] static caching_options parse(std::string_view text, std::string_view source = "caching_options");
+  /// @brief These options with the keys that `text` names set from it (the
+  /// others kept), as parse() reads them.
+  /// @throws syncmem::logic_error naming the bad key or value and what is valid
+  [[nodiscard]] caching_options with(std::string_view text, std::string_view source = "caching_options") const;
   /// @brief The options of SYNCMEM_ALLOC_CONF; the defaults when it is unset or empty.
   /// @throws syncmem::logic_error when it is malformed (names the variable, the key or value)
   [[nodiscard]] static caching_options from_environment();
+  /// @brief `base` with the keys SYNCMEM_ALLOC_CONF names set from it; `base`
+  /// when it is unset or empty.
+  /// @throws syncmem::logic_error when it is malformed
+  [[nodiscard]] static caching_options from_environment(const caching_options& base);
   /// @brief The raw SYNCMEM_ALLOC_CONF, or nullopt when unset.
   [[nodiscard]] static std::optional<std::string> environment_text();
 

@@ -3,6 +3,8 @@
 /// @file mr/per_device_resource.hpp
 /// @brief The default device memory resource of each device, replaceable.
 
+#include <vector>
+
 #include "syncmem/device_id.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
@@ -11,7 +13,8 @@ namespace syncmem::mr {
 
 /// @brief The resource syncmem allocates device memory of `device` from when no
 /// other is given (synced_memory, tensors): unless replaced, a
-/// caching_resource configured by SYNCMEM_ALLOC_CONF. Made on first use and
+/// caching_resource configured by SYNCMEM_ALLOC_CONF (over the base that
+/// set_default_caching_options() sets). Made on first use and
 /// never destroyed, so that objects destroyed after main() can still free.
 /// @throws syncmem::logic_error for an invalid device, or when
 ///   SYNCMEM_ALLOC_CONF is malformed (the message names the bad key or value)
@@ -31,6 +34,18 @@ namespace syncmem::mr {
 /// @throws syncmem::logic_error for an invalid device, or when
 ///   SYNCMEM_ALLOC_CONF is malformed
 [[nodiscard]] caching_resource& default_resource(device_id device);
+
+/// @brief Makes `options` the base of the built-in caching resources made
+/// from now on: each is made with them, with the keys SYNCMEM_ALLOC_CONF names
+/// set from it (so the environment still has the last word). The base is
+/// caching_options{} until this is called. Resources already made keep the
+/// options they were made with; an integration that wants its own defaults
+/// (syncmem.torch's) calls this before the first device allocation.
+/// @returns the devices whose built-in resource was made before, with other
+///   options than one made now would get (empty when the call was in time)
+/// @throws syncmem::logic_error when SYNCMEM_ALLOC_CONF is malformed (the
+///   base is then left as it was)
+std::vector<device_id> set_default_caching_options(const caching_options& options);
 
 /// @brief The default resource of the current device.
 [[nodiscard]] memory_resource& get_current_device_resource();
