@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real PyTorch training and inference loops under five allocator modes.
+"""Real PyTorch training and inference loops under several allocator modes.
 
 Workloads (models from configs, random init, random data: no network needed):
   gpt2      transformers.GPT2LMHeadModel, 8 layers, batch 4..16 and sequence
@@ -11,10 +11,14 @@ Workloads (models from configs, random init, random data: no network needed):
 Modes (each in a process of its own, set before CUDA is touched):
   torch-default       PyTorch's CUDA caching allocator
   torch-expandable    the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  syncmem-default     syncmem.torch.enable() before any CUDA allocation
-  syncmem-expandable  the same with SYNCMEM_ALLOC_CONF=expandable:1
-  syncmem-from-idle   the same with SYNCMEM_ALLOC_CONF=expandable:1,grow_from_idle:1
-More on request (--modes), syncmem-from-idle with larger pages:
+  syncmem-default     syncmem.torch.enable() before any CUDA allocation (under
+                      PyTorch: expandable:1,grow_from_idle:1)
+  syncmem-plain       the same with SYNCMEM_ALLOC_CONF=expandable:0 (plain
+                      segments, the C++ library's default)
+More on request (--modes):
+  syncmem-expandable  SYNCMEM_ALLOC_CONF=expandable:1,grow_from_idle:0
+  syncmem-from-idle   SYNCMEM_ALLOC_CONF=expandable:1,grow_from_idle:1 (the
+                      default, spelled out)
   syncmem-from-idle-8mb, syncmem-from-idle-20mb   ...,expandable_page_mb:8 (20)
   syncmem-from-idle-pages                         ...,expandable_large_page_mb:0 (pages only)
 
@@ -44,12 +48,18 @@ import subprocess
 import sys
 import time
 
-MODES = ("torch-default", "torch-expandable", "syncmem-default", "syncmem-expandable", "syncmem-from-idle")
-PAGE_MODES = {
+MODES = ("torch-default", "torch-expandable", "syncmem-default", "syncmem-plain")
+MORE_MODES = {  # SYNCMEM_ALLOC_CONF of each
+    "syncmem-plain": "expandable:0",
+    "syncmem-expandable": "expandable:1,grow_from_idle:0",
+    "syncmem-from-idle": "expandable:1,grow_from_idle:1",
+}
+PAGE_MODES = {  # the growable range's pages, over the default
     "syncmem-from-idle-8mb": "expandable_page_mb:8",
     "syncmem-from-idle-20mb": "expandable_page_mb:20",
     "syncmem-from-idle-pages": "expandable_large_page_mb:0",
 }
+ALL_MODES = tuple(dict.fromkeys((*MODES, *MORE_MODES, *PAGE_MODES)))
 WORKLOADS = ("gpt2", "resnet50", "infer")
 REPLAY_FORMAT_LINE = "# syncmem.replay/1"
 
@@ -60,10 +70,8 @@ def mode_environment(mode: str) -> dict[str, str]:
     env.pop("SYNCMEM_ALLOC_CONF", None)
     if mode == "torch-expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    elif mode == "syncmem-expandable":
-        env["SYNCMEM_ALLOC_CONF"] = "expandable:1"
-    elif mode == "syncmem-from-idle":
-        env["SYNCMEM_ALLOC_CONF"] = "expandable:1,grow_from_idle:1"
+    elif mode in MORE_MODES:
+        env["SYNCMEM_ALLOC_CONF"] = MORE_MODES[mode]
     elif mode in PAGE_MODES:
         env["SYNCMEM_ALLOC_CONF"] = f"expandable:1,grow_from_idle:1,{PAGE_MODES[mode]}"
     return env
@@ -328,8 +336,8 @@ def drive(args) -> int:
         if w not in WORKLOADS:
             raise SystemExit(f"--workloads: unknown {w!r}; valid: {', '.join(WORKLOADS)}")
     for m in modes:
-        if m not in MODES and m not in PAGE_MODES:
-            raise SystemExit(f"--modes: unknown {m!r}; valid: {', '.join((*MODES, *PAGE_MODES))}")
+        if m not in ALL_MODES:
+            raise SystemExit(f"--modes: unknown {m!r}; valid: {', '.join(ALL_MODES)}")
     runs: dict[str, dict[str, list[dict]]] = {w: {m: [] for m in modes} for w in workloads}
     unavailable: dict[str, dict] = {}
     for round_ in range(args.processes):
@@ -379,7 +387,7 @@ def record(args) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ", ".join(WORKLOADS))
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join((*MODES, *PAGE_MODES)))
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(ALL_MODES))
     p.add_argument("--processes", type=int, default=3, help="processes per (workload, mode), at least 3 for a result")
     p.add_argument("--steps", type=int, default=30, help="timed steps per process")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
@@ -392,8 +400,8 @@ def main() -> int:
     p.add_argument("--trace-file", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        if args.mode not in MODES and args.mode not in PAGE_MODES:
-            raise SystemExit(f"--mode: unknown {args.mode!r}; valid: {', '.join((*MODES, *PAGE_MODES))}")
+        if args.mode not in ALL_MODES:
+            raise SystemExit(f"--mode: unknown {args.mode!r}; valid: {', '.join(ALL_MODES)}")
         print(json.dumps(run_one(args.worker, args.mode, args.steps, args.warmup, args.seed, args.trace_file)))
         return 0
     if args.record_trace:

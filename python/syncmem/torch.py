@@ -5,9 +5,12 @@
     syncmem.torch.enable()         # before the first CUDA tensor
 
 PyTorch's CUDA tensors then take their memory from syncmem's caching resource
-of their device (the one syncmem's own objects use, configured by
-SYNCMEM_ALLOC_CONF, e.g. SYNCMEM_ALLOC_CONF=expandable:1), allocated for
-PyTorch's current stream and freed on it. Tensor.record_stream,
+of their device (the one syncmem's own objects use), allocated for PyTorch's
+current stream and freed on it. Under PyTorch that resource grows one
+virtual range and moves idle pages to where it grows (expandable:1,
+grow_from_idle:1), which keeps what is reserved close to what the loop needs
+at its peak; SYNCMEM_ALLOC_CONF changes the keys it names (e.g.
+SYNCMEM_ALLOC_CONF=expandable:0 for plain segments). Tensor.record_stream,
 torch.cuda.empty_cache, torch.cuda.memory_stats (memory_allocated,
 memory_reserved, max_memory_allocated, reset_peak_memory_stats...) and
 torch.cuda.memory_snapshot answer from syncmem; save_snapshot() writes the
@@ -18,6 +21,8 @@ naming the feature.
 """
 
 from __future__ import annotations
+
+import warnings
 
 from . import _syncmem
 
@@ -48,8 +53,15 @@ def enable() -> None:
     torch.cuda.init() or anything that initializes CUDA through PyTorch):
     afterwards PyTorch's own allocator holds memory that only it can free, and
     enable() raises syncmem.LogicError saying so. Calling it again is harmless.
+
+    It also makes expandable:1,grow_from_idle:1 the options (below
+    SYNCMEM_ALLOC_CONF's) of syncmem's per-device resources made from now on.
+    A device syncmem allocated on before keeps the options its resource was
+    made with, and enable() warns (RuntimeWarning) naming it.
     """
-    _native().install()
+    warning = _native().install()
+    if warning:
+        warnings.warn(warning, RuntimeWarning, stacklevel=2)
 
 
 def enabled() -> bool:

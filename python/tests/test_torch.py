@@ -64,7 +64,9 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("conf", ["", "expandable:1"])
+# "": syncmem.torch's defaults (the growable range with grow_from_idle);
+# then plain segments, and the growable range without grow_from_idle.
+@pytest.mark.parametrize("conf", ["", "expandable:0", "grow_from_idle:0"])
 def test_training_reaches_the_same_losses_and_exits_quietly(conf):
     env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     native = checked(run_python(TRAIN, "torch", env=env))
@@ -84,6 +86,45 @@ def test_training_reaches_the_same_losses_and_exits_quietly(conf):
     print("stderr with PyTorch's allocator:", repr(native.stderr))
     assert ours.stderr == native.stderr, f"stderr with syncmem:\n{ours.stderr}\nwith PyTorch's:\n{native.stderr}"
     assert "syncmem" not in ours.stderr
+
+
+DEFAULT_OPTIONS = """
+import json, random, sys, warnings
+import torch
+import syncmem, syncmem.torch
+if sys.argv[2] == "used-before":
+    syncmem.memory_stats("cuda:0")  # makes cuda:0's caching resource, with the C++ library's defaults
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    syncmem.torch.enable()
+rng = random.Random(int(sys.argv[3]))
+ts = [torch.empty(rng.randint(1 << 20, 64 << 20), dtype=torch.uint8, device="cuda") for _ in range(4)]
+syncmem.torch.save_snapshot(sys.argv[1])
+segments = json.load(open(sys.argv[1]))["segments"]
+print(json.dumps({
+    "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
+    "pools": sorted({seg["pool"] for seg in segments}),
+    "expandable": sorted({seg["is_expandable"] for seg in torch.cuda.memory_snapshot()}),
+}))
+"""
+
+
+@pytest.mark.parametrize("case", ["default", "expandable:0", "used-before"])
+def test_enable_makes_the_growable_range_the_default(tmp_path, case):
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed}")
+    env = {"SYNCMEM_ALLOC_CONF": "expandable:0"} if case == "expandable:0" else {}
+    out = json.loads(checked(run_python(DEFAULT_OPTIONS, str(tmp_path / "s.json"), case, str(seed), env=env)).stdout)
+    if case == "default":  # 1..64 MiB blocks: the growable range's (grow_from_idle sends above 256 KiB there)
+        assert out["warnings"] == [] and "expandable" in out["pools"] and True in out["expandable"], out
+    elif case == "expandable:0":  # SYNCMEM_ALLOC_CONF's keys win
+        assert out["warnings"] == [] and "expandable" not in out["pools"] and out["expandable"] == [False], out
+    else:  # cuda:0's resource was made before enable(): it keeps its options, and enable() says so
+        assert "expandable" not in out["pools"] and out["expandable"] == [False], out
+        assert len(out["warnings"]) == 1, out
+        message = out["warnings"][0]
+        assert message.startswith("RuntimeWarning: syncmem.torch.enable: the caching resource of cuda:0 was made before")
+        assert "expandable:0" in message and "grow_from_idle:1" in message, message
 
 
 STATS = """
@@ -215,23 +256,28 @@ print(reused)
 
 
 # The side stream waits on a host latch while the main thread allocates: a
-# growth that gave idle segments back (release_before_grow) would synchronise
-# the device and wait for it forever (docs/allocator.md, "Growing").
-LATCHED = {"SYNCMEM_ALLOC_CONF": "release_before_grow:0"}
+# growth that gave idle memory back (release_before_grow) would synchronise
+# the device and wait for it forever (docs/allocator.md, "Growing"). Over
+# syncmem.torch's defaults (the growable range), and with plain segments.
+LATCHED = ["release_before_grow:0", "expandable:0,release_before_grow:0"]
 
 
-def test_record_stream_keeps_freed_blocks_until_the_recorded_stream_passes():
+@pytest.mark.parametrize("conf", LATCHED)
+def test_record_stream_keeps_freed_blocks_until_the_recorded_stream_passes(conf):
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"random seed {seed}")
-    assert checked(run_python(RECORD_STREAM, str(seed), "record", env=LATCHED)).stdout.strip() == "0"
+    env = {"SYNCMEM_ALLOC_CONF": conf}
+    assert checked(run_python(RECORD_STREAM, str(seed), "record", env=env)).stdout.strip() == "0"
 
 
-def test_without_record_stream_the_block_is_reused_at_once():
+@pytest.mark.parametrize("conf", LATCHED)
+def test_without_record_stream_the_block_is_reused_at_once(conf):
     # The control: the hazard record_stream prevents is real in this setup
     # (the freed block goes straight to the next allocation on its stream).
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"random seed {seed}")
-    assert int(checked(run_python(RECORD_STREAM, str(seed), "none", env=LATCHED)).stdout.strip()) > 0
+    env = {"SYNCMEM_ALLOC_CONF": conf}
+    assert int(checked(run_python(RECORD_STREAM, str(seed), "none", env=env)).stdout.strip()) > 0
 
 
 IMPORTED_FIRST = """

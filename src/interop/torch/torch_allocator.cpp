@@ -80,17 +80,34 @@ struct torch_allocator::shard {
 
 torch_allocator::torch_allocator() : shards_{std::make_unique<shard[]>(shard_count)} {}
 
-void torch_allocator::install() {
-  if (installed()) return;
+mr::caching_options torch_allocator::default_options() {
+  mr::caching_options o;
+  o.expandable = true;
+  o.grow_from_idle = true;
+  return o;
+}
+
+std::string torch_allocator::install() {
+  if (installed()) return {};
   alloc::CUDAAllocator* current = alloc::allocator.load();
   SYNCMEM_EXPECTS(current == nullptr || !current->initialized(),
                   "syncmem.torch.enable: PyTorch's CUDA allocator (" + (current ? current->name() : std::string{}) +
                       ") is already initialized: CUDA was used in this process before; call "
                       "syncmem.torch.enable() right after `import torch`, before the first CUDA tensor");
+  std::vector<device_id> made_before = mr::set_default_caching_options(default_options());
+  std::erase_if(made_before, [](device_id d) { return d.kind() != device_kind::cuda; });
   static torch_allocator* instance = new torch_allocator{};  // never destroyed: tensors outlive main()
   alloc::allocator.store(instance);
   c10::SetAllocator(c10::DeviceType::CUDA, instance);
   the_allocator.store(instance);
+  if (made_before.empty()) return {};
+  std::string names;
+  for (const device_id d : made_before) names += (names.empty() ? "" : ", ") + to_string(d);
+  return "syncmem.torch.enable: the caching resource of " + names +
+         " was made before (syncmem objects used the device) and keeps its options (" +
+         mr::default_resource(made_before.front()).options().to_string() + ") rather than syncmem.torch's (" +
+         mr::caching_options::from_environment(default_options()).to_string() +
+         "): call enable() before syncmem allocates on a CUDA device";
 }
 
 bool torch_allocator::installed() noexcept {
@@ -366,16 +383,20 @@ alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool 
     }
   }
   info.device_traces.resize(static_cast<std::size_t>(std::max(device_count_.load(), 0)));
-  const char* conf = std::getenv("SYNCMEM_ALLOC_CONF");
+  // The options in force: the first device's (each device's are the same
+  // unless syncmem made one before enable()).
+  const std::vector<c10::DeviceIndex> used = used_devices();
+  const mr::caching_options options =
+      used.empty() ? mr::caching_options::from_environment(default_options()) : caching(used.front()).options();
   info.config_metadata = alloc::AllocatorConfigInfo{
       .garbage_collection_threshold = 0.0,
       .max_split_size = 0,
       .pinned_num_register_threads = 0,
-      .expandable_segments = false,
+      .expandable_segments = options.expandable,
       .release_lock_on_malloc = false,
       .pinned_use_host_register = false,
       .graph_capture_record_stream_reuse = false,
-      .last_allocator_settings = std::string{"syncmem SYNCMEM_ALLOC_CONF="} + (conf ? conf : ""),
+      .last_allocator_settings = "syncmem " + options.to_string(),
       .roundup_power2_divisions = {},
   };
   return info;

@@ -53,11 +53,22 @@ namespace syncmem::interop {
 /// frees during interpreter shutdown still find them.
 class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAllocator {
  public:
-  /// @brief Makes syncmem's allocator PyTorch's CUDA allocator. Idempotent.
+  /// @brief The base of the options of syncmem's per-device resources under
+  /// PyTorch (SYNCMEM_ALLOC_CONF's keys still win): the growable range with
+  /// grow_from_idle. A training step spends far less than 1% of its time
+  /// allocating, and its reserve then stays within a few pages of its peak in
+  /// use (docs/python.md gives the figures).
+  [[nodiscard]] static mr::caching_options default_options();
+  /// @brief Makes syncmem's allocator PyTorch's CUDA allocator, and
+  /// default_options() the base of the per-device resources made from now
+  /// on. Idempotent.
+  /// @returns a warning, or "" when none: the CUDA devices whose resource
+  ///   was made before (by syncmem's own objects) with other options, which
+  ///   they keep
   /// @throws syncmem::logic_error when PyTorch's own allocator is already
   ///   initialized (CUDA is initialized in this process), since memory it
   ///   handed out could not be freed through this one.
-  static void install();
+  static std::string install();
   /// @brief Whether install() has made this allocator PyTorch's current one.
   [[nodiscard]] static bool installed() noexcept;
 
