@@ -36,6 +36,8 @@ LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE: include syncmem's header first, 
 #include <concepts>
 #include <cstddef>
 
+#include "syncmem/mr/memory_resource.hpp"
+
 namespace syncmem::cuda {
 
 /// @brief A stream-ordered resource as CCCL 3.1 and later spell it:
@@ -60,5 +62,35 @@ concept cccl_async_resource = requires(R& r, ::cuda::stream_ref s, void* p, std:
 template <class R>
 concept device_accessible_cccl_resource = std::copy_constructible<R> &&
     (cccl_stream_ordered_resource<R> || cccl_async_resource<R>)&&::cuda::has_property<R, ::cuda::mr::device_accessible>;
+
+/// @brief CCCL 3.0's spellings of the calls of an adaptor `A` that has
+/// CCCL 3.1's (`allocate_sync` / `deallocate_sync`, `allocate(stream, ...)` /
+/// `deallocate(stream, ...)`), so that either CCCL takes it: `A` derives from
+/// this and brings its `allocate` and `deallocate` in with `using`.
+template <class A>
+class cccl_3_0_spellings {
+ public:
+  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment) {
+    return self().allocate_sync(bytes, alignment);
+  }
+  void deallocate(void* p, std::size_t bytes, std::size_t alignment) noexcept {
+    self().deallocate_sync(p, bytes, alignment);
+  }
+  [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, ::cuda::stream_ref stream) {
+    return self().allocate(stream, bytes, alignment);
+  }
+  [[nodiscard]] void* allocate_async(std::size_t bytes, ::cuda::stream_ref stream) {
+    return self().allocate(stream, bytes, mr::default_alignment);
+  }
+  void deallocate_async(void* p, std::size_t bytes, std::size_t alignment, ::cuda::stream_ref stream) noexcept {
+    self().deallocate(stream, p, bytes, alignment);
+  }
+  void deallocate_async(void* p, std::size_t bytes, ::cuda::stream_ref stream) noexcept {
+    self().deallocate(stream, p, bytes, mr::default_alignment);
+  }
+
+ private:
+  A& self() noexcept { return static_cast<A&>(*this); }
+};
 
 }  // namespace syncmem::cuda

@@ -49,7 +49,7 @@ namespace syncmem::cuda {
 /// Only resources of CUDA devices: `cuda::mr` hands out `cudaStream_t`s, which
 /// an emulated device cannot run, and its memory would not be accessible to
 /// the CUDA kernels the property promises.
-class device_mr_adaptor {
+class device_mr_adaptor : public cccl_3_0_spellings<device_mr_adaptor> {
  public:
   /// @brief Refers to `resource`, which must be a device resource of a CUDA
   /// device and outlive every copy of the adaptor.
@@ -93,22 +93,10 @@ class device_mr_adaptor {
     resource_->deallocate(p, bytes, detail::stream_access::make(device_, nullptr), alignment);
   }
 
-  /// @name CCCL 3.0's spellings of the same calls
+  /// @name CCCL 3.0's spellings of the same calls (cccl_3_0_spellings)
   /// @{
-  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment) { return allocate_sync(bytes, alignment); }
-  void deallocate(void* p, std::size_t bytes, std::size_t alignment) noexcept { deallocate_sync(p, bytes, alignment); }
-  [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, ::cuda::stream_ref stream) {
-    return allocate(stream, bytes, alignment);
-  }
-  [[nodiscard]] void* allocate_async(std::size_t bytes, ::cuda::stream_ref stream) {
-    return allocate(stream, bytes, mr::default_alignment);
-  }
-  void deallocate_async(void* p, std::size_t bytes, std::size_t alignment, ::cuda::stream_ref stream) noexcept {
-    deallocate(stream, p, bytes, alignment);
-  }
-  void deallocate_async(void* p, std::size_t bytes, ::cuda::stream_ref stream) noexcept {
-    deallocate(stream, p, bytes, mr::default_alignment);
-  }
+  using cccl_3_0_spellings::allocate;
+  using cccl_3_0_spellings::deallocate;
   /// @}
 
   /// @brief Equal when memory from one may be freed through the other.

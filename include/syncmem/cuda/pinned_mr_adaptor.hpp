@@ -35,7 +35,7 @@ namespace syncmem::cuda {
 ///
 /// Copies refer to the same resource, which must outlive them; two adaptors
 /// are equal when their resources are.
-class pinned_mr_adaptor {
+class pinned_mr_adaptor : public cccl_3_0_spellings<pinned_mr_adaptor> {
  public:
   /// @brief Refers to `resource`, which must hand out CUDA pinned host memory
   /// and outlive every copy of the adaptor.
@@ -82,22 +82,10 @@ class pinned_mr_adaptor {
     resource_->deallocate(p, bytes, detail::stream_access::make(device_id::cuda(device), nullptr), alignment);
   }
 
-  /// @name CCCL 3.0's spellings of the same calls
+  /// @name CCCL 3.0's spellings of the same calls (cccl_3_0_spellings)
   /// @{
-  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment) { return allocate_sync(bytes, alignment); }
-  void deallocate(void* p, std::size_t bytes, std::size_t alignment) noexcept { deallocate_sync(p, bytes, alignment); }
-  [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, ::cuda::stream_ref stream) {
-    return allocate(stream, bytes, alignment);
-  }
-  [[nodiscard]] void* allocate_async(std::size_t bytes, ::cuda::stream_ref stream) {
-    return allocate(stream, bytes, mr::default_alignment);
-  }
-  void deallocate_async(void* p, std::size_t bytes, std::size_t alignment, ::cuda::stream_ref stream) noexcept {
-    deallocate(stream, p, bytes, alignment);
-  }
-  void deallocate_async(void* p, std::size_t bytes, ::cuda::stream_ref stream) noexcept {
-    deallocate(stream, p, bytes, mr::default_alignment);
-  }
+  using cccl_3_0_spellings::allocate;
+  using cccl_3_0_spellings::deallocate;
   /// @}
 
   friend bool operator==(const pinned_mr_adaptor& a, const pinned_mr_adaptor& b) noexcept {
