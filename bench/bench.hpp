@@ -25,6 +25,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,35 @@ benchmark::internal::Benchmark* register_benchmark(const std::string& name, F bo
 // "512B", "64KiB", "16MiB", "1GiB".
 [[nodiscard]] std::string size_name(std::size_t bytes);
 
+// Between benchmarks. Each benchmark must give back the device memory it
+// took, so that the next one starts on a device that holds nothing of it;
+// `syncmem bench` measures each device before the first benchmark and after
+// each one, and fails a benchmark that left memory behind.
+struct device_memory_use {
+  device_id device;
+  std::size_t used_bytes = 0;
+};
+
+// Empties what syncmem and the alternatives cache process-wide (each device's
+// default resource; on CUDA the default stream-ordered pool and graph memory),
+// then returns the memory in use on every device.
+[[nodiscard]] std::vector<device_memory_use> release_cached_memory();
+
+// What a benchmark may leave on `device` without counting as a leak: nothing
+// on an emulated device, whose count is exact; on a GPU the driver's own state
+// made on first use (kernel modules loaded lazily, library handles), which
+// comes in pages of 2 MiB.
+[[nodiscard]] std::size_t leak_allowance(device_id device);
+
+// Device memory a suite keeps on purpose until the process ends (NCCL's
+// communicators), made inside one benchmark: the check counts it as kept,
+// not left behind.
+void keep_device_memory(device_id device, std::size_t bytes);
+
+// A suite's own caches that outlive its benchmarks (pools it shares between
+// them): release_cached_memory() calls `release` first.
+void add_release_hook(std::function<void()> release);
+
 // Each suite, and all of them.
 void register_transfer_suite(const options& o);
 void register_allocator_suite(const options& o);
@@ -93,5 +123,10 @@ void register_graph_suite(const options& o);
 // bench/nccl (built where syncmem::nccl is): all-reduce beside raw NCCL.
 void register_nccl_suite(const options& o);
 void register_all(const options& o);
+
+// The leak check's own test: with SYNCMEM_BENCH_LEAK_MB=N set, register_all
+// adds selftest/leak/syncmem/<N>MiB before every suite, which allocates N MiB on the device and
+// never frees it, so that a test can see `syncmem bench` report it.
+void register_leak_selftest(const options& o);
 
 }  // namespace syncmem::bench

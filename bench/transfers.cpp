@@ -111,44 +111,68 @@ void time_copies(benchmark::State& state, stopwatch& watch, stream_view s, std::
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
 }
 
-// The memory one size's benchmarks copy between, kept from one benchmark to
-// the next of the same size (pinning 1 GiB takes most of a second).
-struct buffers {
-  buffers(device_id d, std::size_t n) : device{d}, bytes{n}, pinned_source{d.kind()} {
-    auto& dev = mr::get_per_device_resource(d);
-    device_a = dev.allocate(n, default_stream(d));
-    device_b = dev.allocate(n, default_stream(d));
+// The host memory one size's benchmarks copy between, kept from one benchmark
+// to the next of the same size (pinning 1 GiB takes most of a second). Host
+// memory only: device memory is each benchmark's own (buffers), so
+// that none is left on the device when a benchmark ends.
+struct host_buffers {
+  host_buffers(device_id d, std::size_t n) : device{d}, bytes{n}, pinned_source{d.kind()} {
     pinned = pinned_source.allocate(n, default_stream(d));
     pageable.reset(new std::byte[n]);
     std::memset(pageable.get(), 1, n);  // touched: first touch is measured on its own
     std::memset(pinned, 2, n);
   }
-  ~buffers() {
-    auto& dev = mr::get_per_device_resource(device);
-    dev.deallocate(device_a, bytes, default_stream(device));
-    dev.deallocate(device_b, bytes, default_stream(device));
-    pinned_source.deallocate(pinned, bytes, default_stream(device));
-  }
-  buffers(const buffers&) = delete;
-  buffers& operator=(const buffers&) = delete;
+  ~host_buffers() { pinned_source.deallocate(pinned, bytes, default_stream(device)); }
+  host_buffers(const host_buffers&) = delete;
+  host_buffers& operator=(const host_buffers&) = delete;
 
   device_id device;
   std::size_t bytes;
   mr::pinned_resource pinned_source;
-  void* device_a = nullptr;
-  void* device_b = nullptr;
   void* pinned = nullptr;
   std::unique_ptr<std::byte[]> pageable;
 };
 
-buffers& buffers_for(device_id d, std::size_t n) {
-  static std::unique_ptr<buffers> current;
+host_buffers& host_buffers_for(device_id d, std::size_t n) {
+  static std::unique_ptr<host_buffers> current;
   if (!current || current->device != d || current->bytes != n) {
     current.reset();  // free the last size first
-    current = std::make_unique<buffers>(d, n);
+    current = std::make_unique<host_buffers>(d, n);
   }
   return *current;
 }
+
+// The memory one benchmark copies between: two device buffers of its own,
+// from the device's default resource, and the host buffers of its size.
+struct buffers {
+  buffers(device_id d, std::size_t n) : host{host_buffers_for(d, n)}, device{d}, bytes{n} {
+    auto& dev = mr::get_per_device_resource(d);
+    device_a = dev.allocate(n, default_stream(d));
+    try {
+      device_b = dev.allocate(n, default_stream(d));
+    } catch (...) {
+      dev.deallocate(device_a, n, default_stream(d));
+      throw;
+    }
+    pinned = host.pinned;
+    pageable = host.pageable.get();
+  }
+  ~buffers() {
+    auto& dev = mr::get_per_device_resource(device);
+    dev.deallocate(device_a, bytes, default_stream(device));
+    dev.deallocate(device_b, bytes, default_stream(device));
+  }
+  buffers(const buffers&) = delete;
+  buffers& operator=(const buffers&) = delete;
+
+  host_buffers& host;
+  device_id device;
+  std::size_t bytes;
+  void* device_a = nullptr;
+  void* device_b = nullptr;
+  void* pinned = nullptr;
+  std::byte* pageable = nullptr;
+};
 
 // The backend's own copy (an emulated device's "DMA"), the baseline where there is no CUDA.
 void backend_copy(void* dst, const void* src, std::size_t n, stream_view s) {
@@ -159,11 +183,11 @@ void backend_copy(void* dst, const void* src, std::size_t n, stream_view s) {
 enum class direction { h2d, d2h };
 
 void run_bandwidth(benchmark::State& state, device_id d, std::size_t n, direction dir, const std::string& method) {
-  auto& b = buffers_for(d, n);
+  const buffers b{d, n};
   stream own{d};
   const stream_view s = own;
   const bool h2d = dir == direction::h2d;
-  void* host = method.find("pinned") != std::string::npos ? b.pinned : b.pageable.get();
+  void* host = method.find("pinned") != std::string::npos ? b.pinned : b.pageable;
   void* dst = h2d ? b.device_a : host;
   const void* src = h2d ? host : b.device_a;
   stopwatch watch{method == "cudaMemcpy-pageable" ? default_stream(d) : s};
@@ -204,14 +228,12 @@ double median(std::vector<double> v) {
 // pageable memory through the engine, each timed alone. The iteration time is
 // the engine's copy.
 void run_interleaved(benchmark::State& state, device_id d, std::size_t n, direction dir) {
-  auto& b = buffers_for(d, n);
+  const buffers b{d, n};
   stream own{d};
   const stream_view s = own;
   const bool h2d = dir == direction::h2d;
   stopwatch watch{s};
-  auto engine_copy = [&] {
-    (void)copy_async(h2d ? b.device_a : b.pageable.get(), h2d ? b.pageable.get() : b.device_a, n, s);
-  };
+  auto engine_copy = [&] { (void)copy_async(h2d ? b.device_a : b.pageable, h2d ? b.pageable : b.device_a, n, s); };
   auto pinned_copy = [&] {
     void* dst = h2d ? b.device_a : b.pinned;
     const void* src = h2d ? b.pinned : b.device_a;
@@ -248,7 +270,7 @@ void run_interleaved(benchmark::State& state, device_id d, std::size_t n, direct
 }
 
 void run_d2d(benchmark::State& state, device_id d, std::size_t n, const std::string& method) {
-  auto& b = buffers_for(d, n);
+  const buffers b{d, n};
   stream own{d};
   const stream_view s = own;
   stopwatch watch{s};

@@ -195,6 +195,7 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
         tty_{::isatty(STDOUT_FILENO) == 1} {}
 
   bool ReportContext(const Context& context) override {
+    in_use_ = bench::release_cached_memory();
     const auto& cpu = context.cpu_info;
     results_.context = {{"cpus", cpu.num_cpus},
                         {"mhz_per_cpu", static_cast<long long>(cpu.cycles_per_second / 1e6)},
@@ -206,17 +207,23 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
 
   void ReportRuns(const std::vector<Run>& runs) override {
     std::set<std::string> finished;
+    const std::size_t first = results_.runs.size();
+    const Run* last = nullptr;
     for (const auto& r : runs) {
       if (r.run_type == Run::RT_Aggregate) continue;
       finished.insert(r.benchmark_name());
+      last = &r;
       if (skipped_on_purpose(r)) {
         std::string why = run_error(r);
         if (why.starts_with(bench::skipped_prefix)) why.erase(0, bench::skipped_prefix.size());
-        skipped_.push_back(fmt::format("{}: {}", r.benchmark_name(), why));
+        skipped_.push_back(fmt::format("{}: {}", without_settings(r.benchmark_name()), why));
         continue;
       }
       results_.runs.push_back(convert(r));
-      if (!tty_) print_line(results_.runs.back());
+    }
+    if (last != nullptr) fail_if_memory_left(*last, first);
+    if (!tty_) {
+      for (std::size_t i = first; i < results_.runs.size(); ++i) print_line(results_.runs[i]);
     }
     done_ += finished.size();
     draw();
@@ -273,8 +280,39 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
     std::fflush(stdout);
   }
 
+  // Fails the benchmark just reported when, with every cache emptied, a
+  // device holds more than before it ran: the next benchmark would start on a
+  // device with less memory, and its figures would not be its own.
+  void fail_if_memory_left(const Run& run, std::size_t first) {
+    auto now = bench::release_cached_memory();
+    std::string left;
+    for (const auto& after : now) {
+      std::size_t before = 0;
+      for (const auto& b : in_use_) {
+        if (b.device == after.device) before = b.used_bytes;
+      }
+      if (after.used_bytes <= before + bench::leak_allowance(after.device)) continue;
+      if (!left.empty()) left += "; ";
+      left += fmt::format(
+          "left {} of device memory behind on {} (in use before it: {}; after it, with every cache emptied: {})",
+          format_bytes(after.used_bytes - before), to_string(after.device), format_bytes(before),
+          format_bytes(after.used_bytes));
+    }
+    in_use_ = std::move(now);  // each leak is reported once, by the benchmark that made it
+    if (left.empty()) return;
+    if (first == results_.runs.size()) {  // skipped, but not clean: a failure all the same
+      results_.runs.push_back(convert(run));
+      results_.runs.back().error.clear();
+    }
+    for (std::size_t i = first; i < results_.runs.size(); ++i) {
+      auto& error = results_.runs[i].error;
+      error = error.empty() ? left : error + "; " + left;
+    }
+  }
+
   std::vector<std::string> names_;
-  std::size_t total_;  // names × rounds
+  std::vector<bench::device_memory_use> in_use_;  // each device's memory in use after the last benchmark
+  std::size_t total_;                             // names × rounds
   bench_results& results_;
   std::vector<std::string> skipped_;
   std::size_t done_ = 0;
