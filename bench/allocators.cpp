@@ -279,42 +279,64 @@ void register_pairs(const options& o, const method& m) {
 
 // RMM's random_allocations shape: each op picks one of 64 slots and frees it
 // if it is taken, else fills it with 256 B..16 MiB (uniform). One op per
-// iteration, from a sequence drawn once.
+// iteration, from a sequence drawn once. The allocator, its live slots and
+// its place in the sequence carry over from one call of the benchmark to the
+// next (Google Benchmark calls it again with more iterations), so that it is
+// warmed once and every call measures the steady state; they are let go
+// between benchmarks.
 void register_churn(const options& o, const method& m) {
   const device_id device = o.first();
   const auto name = fmt::format("alloc/churn/{}/64slots", m.name);
-  const auto warm_budget = o.quick ? std::chrono::milliseconds{250} : std::chrono::milliseconds{2000};
-  benchmark::RegisterBenchmark(name.c_str(), [m, device, warm_budget](benchmark::State& state) {
-    guarded(state, [&] {
-      constexpr std::size_t slots = 64;
-      std::mt19937_64 random{64};
-      std::vector<std::pair<std::uint32_t, std::size_t>> ops(std::size_t{1} << 14);
-      for (auto& op : ops) op = {static_cast<std::uint32_t>(random() % slots), 256 + random() % (16 * MiB - 255)};
-      std::vector<std::pair<void*, std::size_t>> live(slots, {nullptr, 0});
-      auto a = m.make(device, false);
-      stream s{device};
-      set_current_device(device);
-      std::size_t i = 0;
-      auto step = [&] {
-        const auto [slot, bytes] = ops[i];
-        i = (i + 1) & (ops.size() - 1);
-        auto& entry = live[slot];
-        if (entry.first != nullptr) {
-          a->deallocate(entry.first, entry.second, s);
-          entry = {nullptr, 0};
-        } else {
-          entry = {a->allocate(bytes, s), bytes};
-        }
-      };
-      // Reach the steady state untimed (caches filled): the whole sequence
-      // once, or a time budget where every op is slow.
-      const auto warm_until = std::chrono::steady_clock::now() + warm_budget;
-      for (std::size_t warm = 0; warm < ops.size() && std::chrono::steady_clock::now() < warm_until; ++warm) step();
-      for (auto _ : state) step();
-      for (auto& entry : live) {
-        if (entry.first != nullptr) a->deallocate(entry.first, entry.second, s);
+  struct churn {
+    std::unique_ptr<allocator_under_test> a;
+    std::unique_ptr<stream> s;
+    std::vector<std::pair<std::uint32_t, std::size_t>> ops;
+    std::vector<std::pair<void*, std::size_t>> live;
+    std::size_t next = 0;
+
+    void step() {
+      const auto [slot, bytes] = ops[next];
+      next = (next + 1) & (ops.size() - 1);
+      auto& entry = live[slot];
+      if (entry.first != nullptr) {
+        a->deallocate(entry.first, entry.second, *s);
+        entry = {nullptr, 0};
+      } else {
+        entry = {a->allocate(bytes, *s), bytes};
       }
-      s.synchronize();
+    }
+    ~churn() {
+      for (auto& entry : live) {
+        if (entry.first != nullptr) a->deallocate(entry.first, entry.second, *s);
+      }
+      s->synchronize();
+    }
+  };
+  auto kept = std::make_shared<std::unique_ptr<churn>>();
+  add_release_hook([kept] { kept->reset(); });
+  benchmark::RegisterBenchmark(name.c_str(), [m, device, kept](benchmark::State& state) {
+    guarded(state, [&] {
+      if (!*kept) {
+        constexpr std::size_t slots = 64;
+        auto c = std::make_unique<churn>();
+        std::mt19937_64 random{64};
+        c->ops.resize(std::size_t{1} << 14);
+        for (auto& op : c->ops) op = {static_cast<std::uint32_t>(random() % slots), 256 + random() % (16 * MiB - 255)};
+        c->live.assign(slots, {nullptr, 0});
+        c->a = m.make(device, false);
+        c->s = std::make_unique<stream>(device);
+        set_current_device(device);
+        // Reach the steady state untimed (caches filled): the whole sequence
+        // once, or 2 s where every op is slow (no cache).
+        const auto warm_until = std::chrono::steady_clock::now() + std::chrono::seconds{2};
+        for (std::size_t warm = 0; warm < c->ops.size() && std::chrono::steady_clock::now() < warm_until; ++warm) {
+          c->step();
+        }
+        *kept = std::move(c);
+      }
+      churn& c = **kept;
+      set_current_device(device);
+      for (auto _ : state) c.step();
     });
   })->MinTime(o.min_time());
 }
