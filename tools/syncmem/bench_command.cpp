@@ -12,6 +12,7 @@
 #include "report_html.hpp"
 #include "report_json.hpp"
 #include "report_table.hpp"
+#include "syncmem/mr/caching_options.hpp"
 
 namespace syncmem::tool {
 
@@ -50,6 +51,15 @@ int run_bench(const bench_options& options) {
   if (!options.html_path.empty()) check_writable(options.html_path, "--html");
   bench_request request{options.quick, options.filter.empty() ? std::string{"."} : options.filter, options.rounds};
 
+  if (options.from_path.empty()) {
+    // As `syncmem info` does: a malformed SYNCMEM_ALLOC_CONF is a usage error,
+    // not something to measure with defaults.
+    try {
+      (void)mr::caching_options::from_environment();
+    } catch (const std::exception& e) {
+      throw input_error{e.what()};
+    }
+  }
   if (options.list) {
     for (const auto& name : list_benchmarks(request)) fmt::print("{}\n", name);
     return 0;

@@ -59,12 +59,28 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   return std::nullopt;
 }
 
+namespace {
+constexpr std::string_view our_names[] = {"syncmem", "engine", "caching", "synced"};
+}  // namespace
+
 bool is_our_method(std::string_view method) {
-  for (const std::string_view ours : {"syncmem", "engine", "caching", "synced"}) {
+  for (const std::string_view ours : our_names) {
     if (method == ours) return true;
-    if (method.size() > ours.size() && method.starts_with(ours) && method[ours.size()] == '-') return true;
+    if (method.size() > ours.size() && method.starts_with(ours) &&
+        (method[ours.size()] == '-' || method[ours.size()] == '_')) {
+      return true;
+    }
   }
   return false;
+}
+
+std::string mode_of(std::string_view method) {
+  for (const std::string_view ours : our_names) {
+    if (method.size() > ours.size() && method.starts_with(ours) && method[ours.size()] == '_') {
+      return std::string{ours};
+    }
+  }
+  return {};
 }
 
 std::string figures_source(const bench_results& results) {
@@ -100,6 +116,8 @@ const bench_run* bench_case::find(const std::string& method, const std::string& 
 }
 
 bool bench_case::is_ours(const std::string& method) const {
+  // Results saved before modes counted as ours say "ours": false for them.
+  if (is_our_method(method)) return true;
   for (const auto& [key, run] : runs) {
     if (key.first == method) return run->ours;
   }
@@ -109,7 +127,15 @@ bool bench_case::is_ours(const std::string& method) const {
 std::vector<std::string> bench_case::our_methods() const {
   std::vector<std::string> out;
   for (const auto& m : methods) {
-    if (is_ours(m)) out.push_back(m);
+    if (is_ours(m) && mode_of(m).empty()) out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<std::string> bench_case::modes() const {
+  std::vector<std::string> out;
+  for (const auto& m : methods) {
+    if (is_ours(m) && !mode_of(m).empty()) out.push_back(m);
   }
   return out;
 }
@@ -125,8 +151,23 @@ std::vector<std::string> bench_case::alternatives() const {
 std::optional<double> bench_case::figure(const bench_run& run) const {
   if (!run.error.empty()) return std::nullopt;
   if (bandwidth) return run.bytes_per_second;
+  if (const auto it = run.counters.find("ns_per_op"); it != run.counters.end() && it->second > 0) return it->second;
   if (run.real_time_ns <= 0) return std::nullopt;
   return run.real_time_ns;
+}
+
+bool bench_case::rough(const bench_run& run) const {
+  if (!run.error.empty() || run.iterations >= rough_below_iterations) return false;
+  return bandwidth || !run.counters.contains("ns_per_op");  // a counted operation is one of many
+}
+
+bool bench_case::within_spread(const std::string& ours, const std::string& other, const std::string& parameter) const {
+  const auto a = spread.find({ours, parameter});
+  const bench_run* b_run = baseline(other, parameter);
+  if (a == spread.end() || b_run == nullptr) return false;
+  const auto b = spread.find({other, b_run->parameter});
+  if (b == spread.end()) return false;
+  return a->second.first <= b->second.second && b->second.first <= a->second.second;
 }
 
 std::vector<std::string> bench_case::parameters_of(const std::string& method) const {
@@ -174,7 +215,7 @@ std::vector<bench_case> group_cases(const bench_results& results) {
     for (auto& c : cases) {
       if (c.suite == r.suite && c.case_name == r.case_name) return c;
     }
-    cases.push_back(bench_case{r.suite, r.case_name, {}, {}, {}, false, false, {}});
+    cases.push_back(bench_case{r.suite, r.case_name, {}, {}, {}, false, false, {}, {}});
     return cases.back();
   };
   for (const auto& r : results.runs) {
@@ -213,6 +254,17 @@ std::vector<bench_case> group_cases(const bench_results& results) {
       all = all && r->bytes_per_second.has_value() && *r->bytes_per_second > 0;
     }
     c.bandwidth = any && all;
+    // With several rounds, the range of each figure.
+    for (const auto& [key, list] : repeated[{c.suite, c.case_name}]) {
+      if (list.size() < 2) continue;
+      std::optional<std::pair<double, double>> range;
+      for (const auto* r : list) {
+        const auto f = c.figure(*r);
+        if (!f) continue;
+        range = range ? std::pair{std::min(range->first, *f), std::max(range->second, *f)} : std::pair{*f, *f};
+      }
+      if (range) c.spread[key] = *range;
+    }
   }
   return cases;
 }

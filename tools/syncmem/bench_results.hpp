@@ -63,6 +63,14 @@ struct bench_name {
 // Whether a method is syncmem's own (bench/bench.hpp says which names are).
 [[nodiscard]] bool is_our_method(std::string_view method);
 
+// The method that `method` is a mode of: "caching_expandable" is "caching"
+// with other options. Empty when `method` is no mode. The report shows modes
+// beside their method in a table of their own, not as alternatives.
+[[nodiscard]] std::string mode_of(std::string_view method);
+
+// Fewer iterations than this, and a figure is marked rough in the report.
+inline constexpr std::int64_t rough_below_iterations = 10;
+
 // Where the figures come from, in one sentence for the top of the table and
 // the page. When they are not GPU figures it says so plainly.
 [[nodiscard]] std::string figures_source(const bench_results& results);
@@ -82,14 +90,27 @@ struct bench_case {
   bool bandwidth = false;             // figures are bandwidths (else time per iteration)
   bool sizes = false;                 // every parameter is a size
   std::map<std::pair<std::string, std::string>, const bench_run*> runs;  // (method, parameter)
+  // With several rounds: the lowest and highest figure of each (method, parameter).
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> spread;
 
   [[nodiscard]] std::string title() const { return suite + "/" + case_name; }
   [[nodiscard]] const bench_run* find(const std::string& method, const std::string& parameter) const;
   [[nodiscard]] bool is_ours(const std::string& method) const;
+  // Ours, but not the modes of ours.
   [[nodiscard]] std::vector<std::string> our_methods() const;
+  // Modes of our methods (mode_of), in order.
+  [[nodiscard]] std::vector<std::string> modes() const;
   [[nodiscard]] std::vector<std::string> alternatives() const;
-  // The figure of a run in this case (bandwidth or time), nullopt for a failed run.
+  // The figure of a run in this case (bandwidth, or time per operation: the
+  // ns_per_op counter where the run counts its own operations, as a replay of
+  // a whole trace does, else the time per iteration), nullopt for a failed run.
   [[nodiscard]] std::optional<double> figure(const bench_run& run) const;
+  // Whether the figure of a run rests on too few iterations to mean much.
+  [[nodiscard]] bool rough(const bench_run& run) const;
+  // Whether the rounds of `ours` and `other` at `parameter` overlap, so that
+  // their ratio is within the spread of the measurements.
+  [[nodiscard]] bool within_spread(const std::string& ours, const std::string& other,
+                                   const std::string& parameter) const;
   // The run `other` is compared with at `parameter`: its own run there, or,
   // when `other` ran once with a parameter that is not a size (a baseline
   // such as "raw-pointer/any"), that one run.

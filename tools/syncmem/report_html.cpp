@@ -106,8 +106,7 @@ std::string machine_section(const bench_results& results) {
   return out;
 }
 
-std::string case_table_html(const bench_case& c) {
-  const case_table t = tabulate(c);
+std::string case_table_html(const case_table& t) {
   std::string out = "<table class=\"case-table\"><tr>";
   for (std::size_t i = 0; i < t.header.size(); ++i) {
     const char* cls = i < t.name_columns ? " class=\"name\"" : t.header_ours[i] ? " class=\"ours\"" : "";
@@ -282,7 +281,10 @@ std::string render_html(const bench_results& results) {
     if (!ours.empty()) what += fmt::format(" Ours: {}.", fmt::join(ours, ", "));
     body += "<p>" + escape(what) + "</p>";
     body += case_plot(c, colors);
-    body += case_table_html(c);
+    body += case_table_html(tabulate(c));
+    for (const auto& modes : tabulate_modes(c)) {
+      body += "<h3>" + escape(modes.title) + "</h3>" + case_table_html(modes);
+    }
     body += counter_plots(c, colors);
     body += "</section>\n";
   }

@@ -60,7 +60,8 @@ bench_run run_from_json(const json_at& j) {
   r.method = j.has("method") ? j.at("method").string() : parts.method;
   r.parameter = j.has("parameter") ? j.at("parameter").string() : parts.parameter;
   r.bytes = j.has("bytes") ? std::optional{j.at("bytes").unsigned_integer()} : parse_size(r.parameter);
-  r.ours = j.has("ours") ? j.at("ours").boolean() : is_our_method(r.method);
+  // Results saved before modes of ours counted as ours say "ours": false for them.
+  r.ours = is_our_method(r.method) || (j.has("ours") && j.at("ours").boolean());
   r.iterations = j.at("iterations").integer();
   if (r.iterations < 0) j.at("iterations").fail("a count of iterations cannot be negative");
   r.threads = j.has("threads") ? j.at("threads").integer() : 1;

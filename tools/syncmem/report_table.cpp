@@ -11,7 +11,8 @@
 namespace syncmem::tool {
 namespace {
 
-constexpr std::size_t line_width = 100;
+constexpr std::size_t line_width = 100;     // prose
+constexpr std::size_t table_columns = 118;  // tables: two spaces of indent short of 120
 
 std::string wrap(const std::string& text, std::size_t width, const std::string& indent) {
   std::istringstream words{text};
@@ -33,15 +34,7 @@ std::string wrap(const std::string& text, std::size_t width, const std::string& 
   return out;
 }
 
-void render_case(std::string& out, const bench_case& c) {
-  const auto ours = c.our_methods();
-  const auto others = c.alternatives();
-  std::string heading = fmt::format(
-      "{}: {}", c.title(), c.bandwidth ? "bandwidth, higher is better" : "time per operation, lower is better");
-  if (!ours.empty()) heading += fmt::format("; ours: {}", fmt::join(ours, ", "));
-  out += heading + "\n";
-
-  const case_table t = tabulate(c);
+void render_table_body(std::string& out, const case_table& t) {
   std::vector<std::size_t> widths(t.header.size(), 0);
   for (std::size_t i = 0; i < t.header.size(); ++i) widths[i] = display_width(t.header[i]);
   for (const auto& row : t.rows) {
@@ -58,19 +51,25 @@ void render_case(std::string& out, const bench_case& c) {
   };
   line([&](std::size_t i) { return t.header[i]; });
   for (const auto& row : t.rows) line([&](std::size_t i) { return row[i].text; });
-  for (const auto& counter : c.counters) {
-    for (const auto& p : c.parameters) {
-      std::vector<std::string> values;
-      for (const auto& m : c.methods) {
-        const bench_run* r = c.find(m, p);
-        if (r == nullptr || !r->error.empty()) continue;
-        const auto it = r->counters.find(counter);
-        if (it != r->counters.end()) values.push_back(fmt::format("{} {}", m, three_digits(it->second)));
-      }
-      if (!values.empty()) out += fmt::format("  {} at {}: {}\n", counter, p, fmt::join(values, ", "));
-    }
+}
+
+// Returns whether a figure was marked rough.
+bool render_case(std::string& out, const bench_case& c) {
+  const case_table t = tabulate(c, table_columns);
+  out += wrap(fmt::format("{}: {}", c.title(), t.title), table_columns, "  ") + "\n";
+  render_table_body(out, t);
+  bool rough = has_rough(t);
+  for (const auto& modes : tabulate_modes(c, table_columns)) {
+    out += "\n" + wrap(fmt::format("{}, {}", c.title(), modes.title), table_columns, "  ") + "\n";
+    render_table_body(out, modes);
+    rough = rough || has_rough(modes);
+  }
+  if (const case_table counters = tabulate_counters(c); !counters.rows.empty()) {
+    out += "\n" + c.title() + ", counters:\n";
+    render_table_body(out, counters);
   }
   out += "\n";
+  return rough;
 }
 
 }  // namespace
@@ -96,7 +95,16 @@ std::string render_table(const bench_results& results) {
     return out;
   }
   out += "Ratios say how many times faster ours is than the alternative (above 1: ours is faster).\n\n";
-  for (const auto& c : cases) render_case(out, c);
+  bool rough = false;
+  for (const auto& c : cases) rough = render_case(out, c) || rough;
+  if (rough) {
+    out += wrap(fmt::format("{0} marks a rough figure: measured over fewer than {1} iterations, or a ratio within the "
+                            "spread of its rounds. Measure longer (without --quick, or with --rounds 5) before "
+                            "reading much into it.",
+                            rough_mark, rough_below_iterations),
+                line_width, "") +
+           "\n\n";
+  }
   std::vector<const bench_run*> failed;
   for (const auto& r : results.runs) {
     if (!r.error.empty()) failed.push_back(&r);
