@@ -141,9 +141,9 @@ int main(int argc, char** argv) try {
   const auto props = syncmem::get_device_properties(device);
   const double hidden = copy_ms + compute_ms - pipelined_ms;
   const double overlap = 100.0 * std::clamp(hidden / std::min(copy_ms, compute_ms), 0.0, 1.0);
-  std::printf("inference pipeline on %s (%s): %d batches of %.2f MiB, %d rounds per element\n",
+  std::printf("inference pipeline on %s (%s): %d batches of %.2f MiB, %d round%s per element\n",
               syncmem::to_string(device).c_str(), props.name.c_str(), batches, static_cast<double>(bytes) / (1 << 20),
-              rounds);
+              rounds, rounds == 1 ? "" : "s");
   std::printf("  copies alone   %9.2f ms  (upload and download, one stream)\n", copy_ms);
   std::printf("  compute alone  %9.2f ms\n", compute_ms);
   std::printf(

@@ -2,7 +2,7 @@
 
 // The few operations a device offers, implemented once for the CUDA runtime
 // (src/backend/cuda) and once for emulated devices (src/backend/emulated). Everything above
-// layer 2 reaches devices only through this interface, so that every device
+// this layer reaches devices only through this interface, so that every device
 // code path runs on machines without a GPU too.
 //
 // Callers hold a device_guard for the device when they call; the CUDA backend

@@ -80,4 +80,8 @@ std::string pad_left(std::string_view text, std::size_t width) {
   return out;
 }
 
+std::string counted(std::uint64_t count, std::string_view noun) {
+  return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s");
+}
+
 }  // namespace syncmem::tool

@@ -27,5 +27,7 @@ namespace syncmem::tool {
 // `text` padded with spaces to `width` columns, on the right (left-aligned) or the left.
 [[nodiscard]] std::string pad_right(std::string_view text, std::size_t width);
 [[nodiscard]] std::string pad_left(std::string_view text, std::size_t width);
+// A count and its noun, plural unless the count is 1: "1 block", "3 blocks".
+[[nodiscard]] std::string counted(std::uint64_t count, std::string_view noun);
 
 }  // namespace syncmem::tool

@@ -223,10 +223,10 @@ std::string counter_plots(const bench_case& c, const method_colors& colors) {
 
 std::string runs_section(const bench_results& results) {
   std::string out = fmt::format(
-      "<section class=\"runs\"><h2>Every run</h2><details><summary>{} runs</summary><table><tr><th class=\"name\">"
+      "<section class=\"runs\"><h2>Every run</h2><details><summary>{}</summary><table><tr><th class=\"name\">"
       "name</th><th>iterations</th><th>time / iteration</th><th>CPU time / iteration</th><th>bandwidth</th>"
       "<th class=\"name\">counters</th><th class=\"name\">error</th></tr>",
-      results.runs.size());
+      counted(results.runs.size(), "run"));
   for (const auto& r : results.runs) {
     std::vector<std::string> counters;
     for (const auto& [k, v] : r.counters) counters.push_back(fmt::format("{} = {}", k, three_digits(v)));

@@ -152,7 +152,7 @@ std::string segments_svg(const snapshot& s) {
     std::string heading = fmt::format("segment {} · {} · {}", i, seg.address, format_bytes(seg.size));
     if (!seg.pool.empty()) heading += fmt::format(" · {} pool", seg.pool);
     if (!seg.stream.empty()) heading += fmt::format(" · stream {}", seg.stream);
-    heading += fmt::format(" · {} block{}", seg.blocks.size(), seg.blocks.size() == 1 ? "" : "s");
+    heading += " · " + counted(seg.blocks.size(), "block");
     out += fmt::format(R"(<g class="segment" data-address="{}">)", escape(seg.address));
     out +=
         fmt::format(R"(<text x="{}" y="{}" font-size="12" fill="#222">{}</text>)", margin, px(y + 12), escape(heading));
@@ -198,8 +198,7 @@ std::string totals_table(const snapshot& s) {
   auto row = [&out](const std::string& k, const std::string& v) {
     out += fmt::format("<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v));
   };
-  row("reserved", fmt::format("{} in {} segment{}", format_bytes(t.reserved), s.segments.size(),
-                              s.segments.size() == 1 ? "" : "s"));
+  row("reserved", fmt::format("{} in {}", format_bytes(t.reserved), counted(s.segments.size(), "segment")));
   row("allocated", fmt::format("{} ({} of reserved)", format_bytes(t.allocated), percent(t.allocated, t.reserved)));
   row("pending", fmt::format("{} ({}): freed, waiting for a stream before reuse", format_bytes(t.pending),
                              percent(t.pending, t.reserved)));
@@ -249,8 +248,8 @@ std::string blocks_tables(const snapshot& s) {
   std::string out;
   for (std::size_t i = 0; i < s.segments.size(); ++i) {
     const auto& seg = s.segments[i];
-    out += fmt::format("<details><summary>segment {} · {} · {} · {} blocks</summary>", i, escape(seg.address),
-                       escape(format_bytes(seg.size)), seg.blocks.size());
+    out += fmt::format("<details><summary>segment {} · {} · {} · {}</summary>", i, escape(seg.address),
+                       escape(format_bytes(seg.size)), counted(seg.blocks.size(), "block"));
     out +=
         "<table><tr><th>offset</th><th>size</th><th class=\"name\">state</th><th>requested</th>"
         "<th class=\"name\">label</th><th class=\"name\">stream</th></tr>";

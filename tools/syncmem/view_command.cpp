@@ -24,10 +24,10 @@ int run_view(const view_options& options) {
   write_file(output, render_snapshot_html(s, options.snapshot_path));
   std::size_t blocks = 0;
   for (const auto& seg : s.segments) blocks += seg.blocks.size();
-  fmt::print("{}{}: {} segments, {} blocks; reserved {}, allocated {}, pending {}, free {}\nWrote {}\n",
+  fmt::print("{}{}: {}, {}; reserved {}, allocated {}, pending {}, free {}\nWrote {}\n",
              s.resource.empty() ? options.snapshot_path : s.resource, s.device.empty() ? "" : " on " + s.device,
-             s.segments.size(), blocks, format_bytes(s.totals.reserved), format_bytes(s.totals.allocated),
-             format_bytes(s.totals.pending), format_bytes(s.totals.free), output);
+             counted(s.segments.size(), "segment"), counted(blocks, "block"), format_bytes(s.totals.reserved),
+             format_bytes(s.totals.allocated), format_bytes(s.totals.pending), format_bytes(s.totals.free), output);
   return 0;
 }
 
