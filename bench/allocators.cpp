@@ -256,22 +256,59 @@ void guarded(benchmark::State& state, F&& body) {
   }
 }
 
+// What a benchmark keeps from one call to the next (Google Benchmark calls it
+// again with more iterations, each time timing only the loop): made by the
+// first call, so that the warm-up is paid once, and let go between
+// benchmarks (bench.hpp). Copies share what they keep.
+template <class T>
+class kept_per_benchmark {
+ public:
+  kept_per_benchmark() {
+    add_release_hook([held = held_] { held->reset(); });
+  }
+  template <class Make>
+  T& get(Make&& make) {
+    if (!*held_) *held_ = make();
+    return **held_;
+  }
+
+ private:
+  std::shared_ptr<std::unique_ptr<T>> held_ = std::make_shared<std::unique_ptr<T>>();
+};
+
+// An allocator under test and a stream of its device.
+struct allocator_on_stream {
+  std::unique_ptr<allocator_under_test> a;
+  std::unique_ptr<stream> s;
+  allocator_on_stream(const method& m, device_id device)
+      : a{m.make(device, false)}, s{std::make_unique<stream>(device)} {}
+  allocator_on_stream(const allocator_on_stream&) = delete;
+  allocator_on_stream& operator=(const allocator_on_stream&) = delete;
+  ~allocator_on_stream() {
+    s->synchronize();
+    s.reset();  // before the allocator it may have freed memory to
+  }
+};
+
 void register_pairs(const options& o, const method& m) {
   const device_id device = o.first();
   for (std::size_t bytes : {std::size_t{512}, 64 * KiB, 2 * MiB, 64 * MiB}) {
     const auto name = fmt::format("alloc/pair/{}/{}", m.name, size_name(bytes));
-    benchmark::RegisterBenchmark(name.c_str(), [m, device, bytes](benchmark::State& state) {
+    kept_per_benchmark<allocator_on_stream> kept;
+    benchmark::RegisterBenchmark(name.c_str(), [m, device, bytes, kept](benchmark::State& state) mutable {
       guarded(state, [&] {
-        auto a = m.make(device, false);
-        stream s{device};
+        auto& [a, s] = kept.get([&] {
+          auto made = std::make_unique<allocator_on_stream>(m, device);
+          set_current_device(device);
+          made->a->deallocate(made->a->allocate(bytes, *made->s), bytes, *made->s);  // the first pair may reserve
+          return made;
+        });
         set_current_device(device);
-        a->deallocate(a->allocate(bytes, s), bytes, s);  // the first pair may reserve memory
         for (auto _ : state) {
-          void* p = a->allocate(bytes, s);
+          void* p = a->allocate(bytes, *s);
           benchmark::DoNotOptimize(p);
-          a->deallocate(p, bytes, s);
+          a->deallocate(p, bytes, *s);
         }
-        s.synchronize();
       });
     })->MinTime(o.min_time());
   }
@@ -279,21 +316,24 @@ void register_pairs(const options& o, const method& m) {
 
 // RMM's random_allocations shape: each op picks one of 64 slots and frees it
 // if it is taken, else fills it with 256 B..16 MiB (uniform). One op per
-// iteration, from a sequence drawn once. The allocator, its live slots and
-// its place in the sequence carry over from one call of the benchmark to the
-// next (Google Benchmark calls it again with more iterations), so that it is
-// warmed once and every call measures the steady state; they are let go
-// between benchmarks.
+// iteration, from a sequence drawn once; the allocator, its live slots and
+// its place in the sequence carry over from one call to the next.
 void register_churn(const options& o, const method& m) {
   const device_id device = o.first();
   const auto name = fmt::format("alloc/churn/{}/64slots", m.name);
-  struct churn {
-    std::unique_ptr<allocator_under_test> a;
-    std::unique_ptr<stream> s;
+  struct churn : allocator_on_stream {
     std::vector<std::pair<std::uint32_t, std::size_t>> ops;
     std::vector<std::pair<void*, std::size_t>> live;
     std::size_t next = 0;
 
+    churn(const method& m, device_id device) : allocator_on_stream{m, device} {}
+    churn(const churn&) = delete;
+    churn& operator=(const churn&) = delete;
+    ~churn() {
+      for (auto& entry : live) {
+        if (entry.first != nullptr) a->deallocate(entry.first, entry.second, *s);
+      }
+    }
     void step() {
       const auto [slot, bytes] = ops[next];
       next = (next + 1) & (ops.size() - 1);
@@ -305,36 +345,28 @@ void register_churn(const options& o, const method& m) {
         entry = {a->allocate(bytes, *s), bytes};
       }
     }
-    ~churn() {
-      for (auto& entry : live) {
-        if (entry.first != nullptr) a->deallocate(entry.first, entry.second, *s);
-      }
-      s->synchronize();
-    }
   };
-  auto kept = std::make_shared<std::unique_ptr<churn>>();
-  add_release_hook([kept] { kept->reset(); });
-  benchmark::RegisterBenchmark(name.c_str(), [m, device, kept](benchmark::State& state) {
+  kept_per_benchmark<churn> kept;
+  benchmark::RegisterBenchmark(name.c_str(), [m, device, kept](benchmark::State& state) mutable {
     guarded(state, [&] {
-      if (!*kept) {
+      churn& c = kept.get([&] {
         constexpr std::size_t slots = 64;
-        auto c = std::make_unique<churn>();
+        auto made = std::make_unique<churn>(m, device);
         std::mt19937_64 random{64};
-        c->ops.resize(std::size_t{1} << 14);
-        for (auto& op : c->ops) op = {static_cast<std::uint32_t>(random() % slots), 256 + random() % (16 * MiB - 255)};
-        c->live.assign(slots, {nullptr, 0});
-        c->a = m.make(device, false);
-        c->s = std::make_unique<stream>(device);
+        made->ops.resize(std::size_t{1} << 14);
+        for (auto& op : made->ops) {
+          op = {static_cast<std::uint32_t>(random() % slots), 256 + random() % (16 * MiB - 255)};
+        }
+        made->live.assign(slots, {nullptr, 0});
         set_current_device(device);
         // Reach the steady state untimed (caches filled): the whole sequence
         // once, or 2 s where every op is slow (no cache).
         const auto warm_until = std::chrono::steady_clock::now() + std::chrono::seconds{2};
-        for (std::size_t warm = 0; warm < c->ops.size() && std::chrono::steady_clock::now() < warm_until; ++warm) {
-          c->step();
+        for (std::size_t warm = 0; warm < made->ops.size() && std::chrono::steady_clock::now() < warm_until; ++warm) {
+          made->step();
         }
-        *kept = std::move(c);
-      }
-      churn& c = **kept;
+        return made;
+      });
       set_current_device(device);
       for (auto _ : state) c.step();
     });
