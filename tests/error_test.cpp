@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "core/log.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/mr/emulated_resource.hpp"
 #include "syncmem/mr/limiting_adaptor.hpp"
@@ -190,6 +191,15 @@ TEST(Errors, NoexceptReportIsSilentWhileTheRuntimeUnloads) {
   const auto logged = ::testing::internal::GetCapturedStderr();
   EXPECT_THAT(logged, HasSubstr("cudaFree(p) failed"));
   EXPECT_THAT(logged, HasSubstr("cudaErrorIllegalAddress"));
+}
+
+// Log lines (a bad environment variable, a failure in a destructor) start
+// like the exceptions' messages, with "syncmem: ", then the level.
+TEST(Errors, LogLinesStartWithTheSyncmemPrefix) {
+  ::testing::internal::CaptureStderr();
+  detail::logger().error("emulated devices are off: {}", "SYNCMEM_EMULATED_DEVICES='lots' is not a whole number");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "syncmem: error: emulated devices are off: SYNCMEM_EMULATED_DEVICES='lots' is not a whole number\n");
 }
 
 TEST(Errors, FormatBytes) {
