@@ -84,9 +84,10 @@ namespace syncmem {
 ///   contents (the storage becomes uninitialized).
 ///
 /// Typed access. `host_data<T>()`, `mutable_host_data<T>()`,
-/// `device_data<T>(s)`, `mutable_device_data<T>(s)` check that `T` is the C++
-/// type of `dtype()` and throw syncmem::logic_error naming both otherwise; the
-/// untyped forms return `void*`. A tensor of count 0 or without storage gives
+/// `device_data<T>(s)`, `mutable_device_data<T>(s)` and the typed spans and
+/// elements check that `T` is the C++ type of `dtype()` and throw
+/// syncmem::logic_error otherwise, naming the tensor, the call made (e.g.
+/// `host_span<int32>()`) and both types; the untyped forms return `void*`. A tensor of count 0 or without storage gives
 /// nullptr.
 ///
 /// Errors. Bad arguments (shapes, ranges, types) throw syncmem::logic_error
