@@ -65,7 +65,16 @@ void expect_without_storage(tensor& t, device_id dev) {
   std::ostringstream printed;
   printed << t;
   EXPECT_EQ(printed.str(), t.to_string());
+  EXPECT_EQ(to_string(c), t.to_string());
   EXPECT_THAT(error_of([&] { (void)t.device(); }), HasSubstr("a tensor without storage has no device"));
+  const tensor copied = c;  // a copy of a handle without storage is one too
+  EXPECT_FALSE(copied.has_storage());
+  EXPECT_EQ(copied.count(), 0);
+  EXPECT_FALSE(copied.shares_storage_with(c));
+  tensor assigned{dtype::float32, {2}, dev};
+  assigned = c;
+  EXPECT_FALSE(assigned.has_storage());
+  EXPECT_EQ(assigned.shape(), shape{});
 
   stream s{dev};
   EXPECT_EQ(c.host_data(), nullptr);
@@ -314,6 +323,16 @@ TYPED_TEST(MovedFrom, ABlobIsABlobWithoutStorage) {
     a.copy_from(b, false, true);
     EXPECT_EQ(a.shape(), b.shape());
     expect_values(a.data(), values.first, s);
+    // So do reshape_like and Caffe's four-extent reshape.
+    blob c = std::move(a);
+    a.reshape_like(b);  // NOLINT(bugprone-use-after-move): the moved-from contract
+    EXPECT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(a.diff().shape(), b.shape());
+    blob d = std::move(c);
+    c.reshape(2, 3, 4, 5);  // NOLINT(bugprone-use-after-move): the moved-from contract
+    EXPECT_EQ(c.count(), 120);
+    EXPECT_EQ(c.diff().count(), 120);
+    expect_values(d.data(), values.first, s);
   }
 }
 
