@@ -12,8 +12,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "device_ops.hpp"
@@ -445,6 +448,72 @@ TYPED_TEST(Blob, MathNeedsAFloatingPointDtype) {
   EXPECT_THAT(error_of([&] { b.update(); }), HasSubstr("update needs"));
   EXPECT_THAT(error_of([&] { b.scale_diff(2); }), HasSubstr("scale_diff needs"));
   EXPECT_EQ(b.host_data<std::int32_t>()[0], 0);  // typed access works for any dtype
+}
+
+// The constructor in tensor's order (dtype, shape, device, options) makes the
+// same blob as the first release's (shape, device, dtype, options).
+TYPED_TEST(Blob, ConstructsInTensorsArgumentOrder) {
+  blob b{dtype::float64, {2, 3}, this->dev(), {.label = "w"}};
+  const blob old_order{{2, 3}, this->dev(), dtype::float64, {.label = "w"}};
+  for (const blob* x : {static_cast<const blob*>(&b), &old_order}) {
+    EXPECT_EQ(x->dtype(), dtype::float64);
+    EXPECT_EQ(x->shape(), (shape{2, 3}));
+    EXPECT_EQ(x->device(), this->dev());
+    EXPECT_EQ(x->data().label(), "w");
+    EXPECT_EQ(x->diff().label(), "w.diff");
+  }
+  const blob here{dtype::int8, {5}};
+  EXPECT_EQ(here.dtype(), dtype::int8);
+  EXPECT_EQ(here.device(), current_device());
+  std::vector<double> values(6);
+  fill_uniform(values.data(), 6, -10, 10);
+  std::copy(values.begin(), values.end(), b.mutable_host_data<double>());
+  stream s{this->dev()};
+  const auto on_device = test::read_device(s, b.device_data<double>(s), 6 * sizeof(double));
+  EXPECT_EQ(std::memcmp(on_device.data(), values.data(), on_device.size()), 0);
+}
+
+// A typed accessor with the wrong T, or a stream of another device, names
+// the blob and the call made (host_diff, not the tensor's host_data).
+TYPED_TEST(Blob, AccessorErrorsNameTheBlobAndTheCallMade) {
+  blob b{{2, 3}, this->dev(), dtype::float32, {.label = "fc1"}};
+  stream s{this->dev()};
+  using I = std::int32_t;
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"host_data", [&] { (void)b.host_data<I>(); }},
+      {"mutable_host_data", [&] { (void)b.mutable_host_data<I>(); }},
+      {"device_data", [&] { (void)b.device_data<I>(s); }},
+      {"device_data", [&] { (void)b.device_data<I>(); }},
+      {"mutable_device_data", [&] { (void)b.mutable_device_data<I>(s); }},
+      {"mutable_device_data", [&] { (void)b.mutable_device_data<I>(); }},
+      {"host_diff", [&] { (void)b.host_diff<I>(); }},
+      {"mutable_host_diff", [&] { (void)b.mutable_host_diff<I>(); }},
+      {"device_diff", [&] { (void)b.device_diff<I>(s); }},
+      {"device_diff", [&] { (void)b.device_diff<I>(); }},
+      {"mutable_device_diff", [&] { (void)b.mutable_device_diff<I>(s); }},
+      {"mutable_device_diff", [&] { (void)b.mutable_device_diff<I>(); }},
+  };
+  const std::string blob_text = "syncmem: blob 'fc1' float32 (2, 3) on " + to_string(this->dev()) + ": ";
+  for (const auto& [name, call] : calls) {
+    EXPECT_THAT(error_of(call), ::testing::StartsWith(blob_text + name +
+                                                      "<int32>() asks for int32 elements, but "
+                                                      "the blob's dtype is float32 ["));
+  }
+  EXPECT_EQ(b.data().state(), sync_state::uninitialized);
+  EXPECT_EQ(b.diff().state(), sync_state::uninitialized);
+  SYNCMEM_REQUIRE_COUNT(2);
+  stream other{this->dev(1)};
+  const std::vector<std::pair<std::string, std::function<void()>>> stream_calls = {
+      {"device_data", [&] { (void)b.device_data<float>(other); }},
+      {"mutable_device_data", [&] { (void)b.mutable_device_data<float>(other); }},
+      {"device_diff", [&] { (void)b.device_diff<float>(other); }},
+      {"mutable_device_diff", [&] { (void)b.mutable_device_diff<float>(other); }},
+  };
+  for (const auto& [name, call] : stream_calls) {
+    EXPECT_THAT(error_of(call),
+                ::testing::StartsWith(blob_text + name + " was given a stream of " + to_string(this->dev(1)) +
+                                      "; streams must belong to " + to_string(this->dev())));
+  }
 }
 
 TYPED_TEST(Blob, LabelsAndDescription) {

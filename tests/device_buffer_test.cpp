@@ -136,6 +136,33 @@ TYPED_TEST(DeviceBuffer, RangesOutsideTheBufferAreRefusedNamingIt) {
   EXPECT_THAT(b.to_string(), HasSubstr("device_buffer of 64 B"));
 }
 
+// A stream of another device is refused up front, naming the buffer and the
+// call, not the event underneath; the buffer keeps its bytes.
+TYPED_TEST(DeviceBuffer, AStreamOfAnotherDeviceIsRefusedNamingTheBufferAndTheCall) {
+  SYNCMEM_REQUIRE_COUNT(2);
+  stream s{this->dev(0)};
+  stream other{this->dev(1)};
+  const auto data = test::random_bytes(1 + test::rng()() % 5000);
+  device_buffer b{data.data(), data.size(), s};
+  std::vector<std::uint8_t> out(data.size());
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"copy_to_host", test::error_of([&] { b.copy_to_host(out.data(), out.size(), other); })},
+      {"copy_from_host", test::error_of([&] { b.copy_from_host(out.data(), out.size(), other); })},
+      {"resize", test::error_of([&] { b.resize(data.size() + 1, other); })},
+      {"reserve", test::error_of([&] { b.reserve(data.size() + 1, other); })},
+      {"shrink_to_fit", test::error_of([&] { b.shrink_to_fit(other); })},
+      {"clone", test::error_of([&] { (void)b.clone(other); })},
+  };
+  for (const auto& [name, message] : calls) {
+    EXPECT_THAT(message, ::testing::StartsWith("syncmem: device_buffer of "));
+    EXPECT_THAT(message, HasSubstr(": " + name + " was given a stream of " + to_string(this->dev(1)) +
+                                   "; the buffer's memory is in order on a stream of " + to_string(this->dev(0))));
+  }
+  ASSERT_EQ(b.size(), data.size());
+  b.copy_to_host(out.data(), out.size(), s);
+  EXPECT_EQ(out, data);
+}
+
 TEST(DeviceBufferAnyResource, WorksOnHostMemoryToo) {
   stream s{device_id::emulated(0)};
   mr::pageable_resource host;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "syncmem/elementwise.hpp"
@@ -95,6 +96,36 @@ TYPED_TEST(DeviceVector, BadIndicesAndSizesAreRefusedNamingTheVector) {
               HasSubstr("device_vector::resize: 4611686018427387903 elements of 8 bytes overflow a 64-bit size"));
   EXPECT_EQ(v.size(), 10U);
   EXPECT_THAT(v.to_string(), HasSubstr("device_vector of 10 elements of 8 bytes"));
+}
+
+// A stream of another device is refused up front, naming the vector and the
+// call made, not the buffer or event underneath; the vector keeps its elements.
+TYPED_TEST(DeviceVector, AStreamOfAnotherDeviceIsRefusedNamingTheVectorAndTheCall) {
+  SYNCMEM_REQUIRE_COUNT(2);
+  stream s{this->dev(0)};
+  stream other{this->dev(1)};
+  std::vector<std::int32_t> host(1 + test::rng()() % 1000);
+  for (auto& v : host) v = static_cast<std::int32_t>(test::rng()());
+  device_vector<std::int32_t> v{host, s};
+  std::vector<std::int32_t> out(host.size());
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"to_host", error_of([&] { (void)v.to_host(other); })},
+      {"copy_to_host", error_of([&] { v.copy_to_host(std::span<std::int32_t>{out}, other); })},
+      {"copy_from_host", error_of([&] { v.copy_from_host(std::span<const std::int32_t>{out}, other); })},
+      {"element", error_of([&] { (void)v.element(0, other); })},
+      {"set_element", error_of([&] { v.set_element(0, 1, other); })},
+      {"resize", error_of([&] { v.resize(host.size() + 1, other); })},
+      {"reserve", error_of([&] { v.reserve(host.size() + 1, other); })},
+      {"shrink_to_fit", error_of([&] { v.shrink_to_fit(other); })},
+      {"clone", error_of([&] { (void)v.clone(other); })},
+  };
+  for (const auto& [name, message] : calls) {
+    EXPECT_THAT(message, ::testing::StartsWith("syncmem: device_vector (device_buffer of "));
+    EXPECT_THAT(message, HasSubstr("): " + name + " was given a stream of " + to_string(this->dev(1)) +
+                                   "; the vector's memory is in order on a stream of " + to_string(this->dev(0))));
+  }
+  EXPECT_EQ(v.size(), host.size());
+  EXPECT_EQ(v.to_host(s), host);
 }
 
 }  // namespace

@@ -3,13 +3,21 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <new>
 #include <string>
 
 #include "backend/backend.hpp"
+#include "core/log.hpp"
 #include "syncmem/device.hpp"
+#include "syncmem/mr/emulated_resource.hpp"
+#include "syncmem/mr/limiting_adaptor.hpp"
+#include "syncmem/synced_memory.hpp"
+#include "test_support.hpp"
 
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using ::testing::StartsWith;
 
 namespace syncmem {
 namespace {
@@ -106,6 +114,54 @@ TEST(Errors, OutOfMemoryOfHostMemorySaysSoAndLabelCanBeAdded) {
   EXPECT_EQ(e.info().label, "");
 }
 
+// SYNCMEM_OUT_OF_MEMORY formats like SYNCMEM_FAIL: the prefix, the text, the place.
+TEST(Errors, OutOfMemoryCarriesThePrefixAndThePlaceLikeTheOthers) {
+  oom_info info;
+  info.requested = 100;
+  info.resource = "test_resource";
+  const int line = __LINE__ + 2;
+  try {
+    SYNCMEM_OUT_OF_MEMORY(info);
+  } catch (const out_of_memory& e) {
+    const std::string place = " [tests/error_test.cpp:" + std::to_string(line) + "]";
+    EXPECT_EQ(std::string{e.what()},
+              "syncmem: out of memory: test_resource failed to allocate 100 B of host memory" + place);
+    EXPECT_EQ(e.file(), "tests/error_test.cpp");
+    EXPECT_EQ(e.line(), line);
+    const auto labelled = e.with_label("weights");
+    EXPECT_EQ(std::string{labelled.what()},
+              "syncmem: out of memory: test_resource failed to allocate 100 B of host memory for 'weights'" + place);
+  }
+}
+
+// A real allocator's failure, reached through a synced_memory, reads the same way.
+TEST(Errors, OutOfMemoryFromAnAllocatorHasThePrefixAndThePlace) {
+  const device_id dev = device_id::emulated(0);
+  mr::emulated_resource source{dev};
+  mr::limiting_adaptor limited{source, 1000};
+  synced_memory m{4096, dev, {.label = "ten", .device_resource = &limited}};
+  try {
+    (void)m.mutable_device_data(default_stream(dev));
+    FAIL() << "4096 bytes under a limit of 1000";
+  } catch (const out_of_memory& e) {
+    EXPECT_THAT(e.what(), StartsWith("syncmem: out of memory: "));
+    EXPECT_THAT(e.what(), HasSubstr("4.00 KiB (4096 bytes) on emulated:0"));
+    EXPECT_THAT(e.what(), HasSubstr("limit 1000 B"));
+    EXPECT_THAT(e.what(), MatchesRegex(".* \\[src/mr/limiting_adaptor\\.cpp:[0-9]+\\]"));
+  }
+  EXPECT_EQ(m.state(), sync_state::uninitialized);
+}
+
+// The span check of synced_memory goes through SYNCMEM_FAIL too.
+TEST(Errors, ASpanOfTheWrongSizeHasThePrefixAndThePlace) {
+  synced_memory m{10, device_id::emulated(0), {.label = "ten"}};
+  EXPECT_THAT(test::error_of([&] { (void)m.host_span<std::uint64_t>(); }),
+              MatchesRegex("syncmem: synced_memory 'ten' \\(emulated:0\\): host_span<T>: its size of 10 bytes is not "
+                           "a multiple of sizeof\\(T\\) = 8 \\[src/memory/synced_memory\\.cpp:[0-9]+\\]"));
+  EXPECT_THAT(test::error_of([&] { (void)m.mutable_device_span<std::uint32_t>(); }),
+              HasSubstr("mutable_device_span<T>: its size of 10 bytes is not a multiple of sizeof(T) = 4 ["));
+}
+
 TEST(Errors, ExceptionsCopyWithoutLosingDetails) {
   const cuda_error original{700, "cudaErrorIllegalAddress", "an illegal memory access", "k<<<>>>", "a.cu", 3};
   const cuda_error copy = original;  // NOLINT(performance-unnecessary-copy-initialization)
@@ -135,6 +191,15 @@ TEST(Errors, NoexceptReportIsSilentWhileTheRuntimeUnloads) {
   const auto logged = ::testing::internal::GetCapturedStderr();
   EXPECT_THAT(logged, HasSubstr("cudaFree(p) failed"));
   EXPECT_THAT(logged, HasSubstr("cudaErrorIllegalAddress"));
+}
+
+// Log lines (a bad environment variable, a failure in a destructor) start
+// like the exceptions' messages, with "syncmem: ", then the level.
+TEST(Errors, LogLinesStartWithTheSyncmemPrefix) {
+  ::testing::internal::CaptureStderr();
+  detail::logger().error("emulated devices are off: {}", "SYNCMEM_EMULATED_DEVICES='lots' is not a whole number");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "syncmem: error: emulated devices are off: SYNCMEM_EMULATED_DEVICES='lots' is not a whole number\n");
 }
 
 TEST(Errors, FormatBytes) {

@@ -10,9 +10,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -680,20 +682,59 @@ TYPED_TEST(Tensor, SpansAndElementsOnTheHostAndTheDevice) {
               }),
               HasSubstr("at(): index " + c + " of axis 1 is out of range [0, " + c + ")"));
   EXPECT_THAT(error_of([&] { (void)t.mutable_at<std::int32_t>({-1, 0}); }), HasSubstr("index -1 of axis 0"));
-  EXPECT_THAT(error_of([&] { (void)t.host_span<float>(); }), HasSubstr("host_data<float32>()"));
   EXPECT_TRUE(tensor{}.host_span<float>().empty());
+}
+
+// A typed accessor with the wrong T names the call that was made, not the
+// accessor it is built on, and touches nothing.
+TYPED_TEST(Tensor, ATypeMismatchNamesTheCallMade) {
+  tensor t{dtype::float32, {3}, this->dev(), {.label = "weights"}};
+  stream s{this->dev()};
+  using I = std::int32_t;
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"host_data", [&] { (void)t.host_data<I>(); }},
+      {"mutable_host_data", [&] { (void)t.mutable_host_data<I>(); }},
+      {"device_data", [&] { (void)t.device_data<I>(s); }},
+      {"device_data", [&] { (void)t.device_data<I>(); }},
+      {"mutable_device_data", [&] { (void)t.mutable_device_data<I>(s); }},
+      {"mutable_device_data", [&] { (void)t.mutable_device_data<I>(); }},
+      {"host_span", [&] { (void)t.host_span<I>(); }},
+      {"mutable_host_span", [&] { (void)t.mutable_host_span<I>(); }},
+      {"device_span", [&] { (void)t.device_span<I>(s); }},
+      {"device_span", [&] { (void)t.device_span<I>(); }},
+      {"mutable_device_span", [&] { (void)t.mutable_device_span<I>(s); }},
+      {"mutable_device_span", [&] { (void)t.mutable_device_span<I>(); }},
+      {"at", [&] { (void)t.at<I>({0}); }},
+      {"mutable_at", [&] { (void)t.mutable_at<I>({0}); }},
+  };
+  for (const auto& [name, call] : calls) {
+    const std::string message = error_of(call);
+    EXPECT_THAT(message, ::testing::StartsWith("syncmem: tensor 'weights' float32 (3) on " + to_string(this->dev()) +
+                                               ": " + name +
+                                               "<int32>() asks for int32 elements, but the tensor's "
+                                               "dtype is float32 ["));
+  }
+  EXPECT_EQ(t.state(), sync_state::uninitialized);
 }
 
 TYPED_TEST(Tensor, AStreamOfAnotherDeviceIsRefusedNamingTheTensor) {
   SYNCMEM_REQUIRE_COUNT(2);
   tensor t{dtype::float32, {16}, this->dev(0), {.label = "activations"}};
   stream other{this->dev(1)};
-  for (const std::string& message :
-       {error_of([&] { (void)t.device_data(other); }), error_of([&] { (void)t.mutable_device_span<float>(other); }),
-        error_of([&] { t.fill(1.0F, other); }), error_of([&] { t.zero(other); }),
-        error_of([&] { t.prefetch_to_device(other); })}) {
-    EXPECT_THAT(message, HasSubstr("tensor 'activations' float32 (16) on " + to_string(this->dev(0))));
-    EXPECT_THAT(message, HasSubstr("was given a stream of " + to_string(this->dev(1))));
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"device_data", error_of([&] { (void)t.device_data(other); })},
+      {"device_data", error_of([&] { (void)t.device_data<float>(other); })},
+      {"mutable_device_data", error_of([&] { (void)t.mutable_device_data(other); })},
+      {"mutable_device_data", error_of([&] { (void)t.mutable_device_data<float>(other); })},
+      {"device_span", error_of([&] { (void)t.device_span<float>(other); })},
+      {"mutable_device_span", error_of([&] { (void)t.mutable_device_span<float>(other); })},
+      {"fill", error_of([&] { t.fill(1.0F, other); })},
+      {"zero", error_of([&] { t.zero(other); })},
+      {"prefetch_to_device", error_of([&] { t.prefetch_to_device(other); })},
+  };
+  for (const auto& [name, message] : calls) {
+    EXPECT_THAT(message, HasSubstr("tensor 'activations' float32 (16) on " + to_string(this->dev(0)) + ": " + name +
+                                   " was given a stream of " + to_string(this->dev(1))));
   }
   EXPECT_EQ(t.state(), sync_state::uninitialized);
 }

@@ -65,19 +65,36 @@ namespace syncmem {
 /// reductions are tree reductions in double; host ones are compensated sums
 /// in double. They need dtype float32 or float64.
 ///
-/// Thread safety: like tensor. A blob is move-only (Caffe's is not copyable).
+/// Moving. A blob is move-only (Caffe's is not copyable). A moved-from blob is
+/// a blob without storage of the same dtype, exactly as `blob{dtype()}`: no
+/// axes, count() and count(start, end) 0, capacity 0; its data() and diff()
+/// are moved-from tensors (see tensor.hpp). The accessors give nullptr, the
+/// reductions give 0 and update() and scale_*() change nothing, as for any
+/// blob of count 0; device() throws syncmem::logic_error; sharing or copying
+/// a blob of another count throws as it would for any blob. reshape(), or
+/// copy_from with `reshape_to_fit`, gives it storage again on the current
+/// device. The legacy accessors answer as Caffe's default Blob does: 1 for
+/// each axis the blob lacks.
+///
+/// Thread safety: like tensor.
 class blob {
  public:
   /// @brief No storage, no axes, count 0, dtype float32 (Caffe's `Blob()`).
   blob() noexcept = default;
   /// @brief No storage, no axes, count 0, of dtype `type`.
   explicit blob(syncmem::dtype type) noexcept : data_{type}, diff_{type} {}
-  /// @brief A blob of shape `s` on `device`. The data tensor's label is
-  /// options.label, the diff's options.label + ".diff".
+  /// @brief A blob of dtype `type` and shape `s` on `device`, in tensor's
+  /// argument order (dtype, shape, device, options). The data tensor's label
+  /// is options.label, the diff's options.label + ".diff".
   /// @throws syncmem::logic_error for an invalid device or a size over synced_memory::max_size()
+  blob(syncmem::dtype type, const syncmem::shape& s, device_id device, synced_memory_options options = {});
+  /// @brief A blob of dtype `type` and shape `s` on the current device.
+  blob(syncmem::dtype type, const syncmem::shape& s, synced_memory_options options = {});
+  /// @brief blob(type, s, device, options), in the order of the first
+  /// release; kept for existing callers, new code uses the one above.
   blob(const syncmem::shape& s, device_id device, syncmem::dtype type = syncmem::dtype::float32,
        synced_memory_options options = {});
-  /// @brief A blob of shape `s` on the current device.
+  /// @brief blob(type, s, options) on the current device; kept for existing callers.
   explicit blob(const syncmem::shape& s, syncmem::dtype type = syncmem::dtype::float32,
                 synced_memory_options options = {});
   /// @brief Caffe's `Blob(num, channels, height, width)` on the current device.
@@ -110,10 +127,14 @@ class blob {
   [[nodiscard]] int num_axes() const noexcept { return data_.num_axes(); }
   /// @brief The number of elements (0 for a blob without storage).
   [[nodiscard]] std::int64_t count() const noexcept { return data_.count(); }
+  /// @brief The product of the extents of axes [start, end); 0 for a blob without storage, like count().
   /// @throws syncmem::logic_error unless 0 <= start <= end <= num_axes()
-  [[nodiscard]] std::int64_t count(int start, int end) const { return data_.shape().count(start, end); }
+  [[nodiscard]] std::int64_t count(int start, int end) const {
+    const std::int64_t n = data_.shape().count(start, end);  // checks the range
+    return data_.has_storage() ? n : 0;  // no axes without storage means no elements, not a scalar's one
+  }
   /// @throws syncmem::logic_error unless 0 <= start <= num_axes()
-  [[nodiscard]] std::int64_t count(int start) const { return data_.shape().count(start); }
+  [[nodiscard]] std::int64_t count(int start) const { return count(start, num_axes()); }
   /// @brief Caffe's CanonicalAxisIndex: `axis` in 0..num_axes()-1.
   /// @throws syncmem::logic_error unless -num_axes() <= axis < num_axes()
   [[nodiscard]] int canonical_axis_index(int axis) const { return data_.shape().canonical_axis(axis); }
@@ -145,52 +166,72 @@ class blob {
   [[nodiscard]] const tensor& diff() const noexcept { return diff_; }
 
   // ---- access (Caffe's cpu_data / gpu_data ...) ------------------------------------------
+  // Each checks T (and the stream) itself, so that an error names the blob and
+  // the call made: they throw syncmem::logic_error unless T is the C++ type of
+  // dtype(), or for a stream of another device than device().
+
   template <element_type T>
   [[nodiscard]] const T* host_data() const {
+    check_type<T>("host_data");
     return data_.host_data<T>();
   }
   template <element_type T>
   [[nodiscard]] T* mutable_host_data() {
+    check_type<T>("mutable_host_data");
     return data_.mutable_host_data<T>();
   }
   template <element_type T>
   [[nodiscard]] const T* device_data(stream_view s) const {
+    check_type<T>("device_data");
+    check_stream(s, "device_data");
     return data_.device_data<T>(s);
   }
   template <element_type T>
   [[nodiscard]] const T* device_data() const {
+    check_type<T>("device_data");
     return data_.device_data<T>();
   }
   template <element_type T>
   [[nodiscard]] T* mutable_device_data(stream_view s) {
+    check_type<T>("mutable_device_data");
+    check_stream(s, "mutable_device_data");
     return data_.mutable_device_data<T>(s);
   }
   template <element_type T>
   [[nodiscard]] T* mutable_device_data() {
+    check_type<T>("mutable_device_data");
     return data_.mutable_device_data<T>();
   }
   template <element_type T>
   [[nodiscard]] const T* host_diff() const {
+    check_type<T>("host_diff");
     return diff_.host_data<T>();
   }
   template <element_type T>
   [[nodiscard]] T* mutable_host_diff() {
+    check_type<T>("mutable_host_diff");
     return diff_.mutable_host_data<T>();
   }
   template <element_type T>
   [[nodiscard]] const T* device_diff(stream_view s) const {
+    check_type<T>("device_diff");
+    check_stream(s, "device_diff");
     return diff_.device_data<T>(s);
   }
   template <element_type T>
   [[nodiscard]] const T* device_diff() const {
+    check_type<T>("device_diff");
     return diff_.device_data<T>();
   }
   template <element_type T>
   [[nodiscard]] T* mutable_device_diff(stream_view s) {
+    check_type<T>("mutable_device_diff");
+    check_stream(s, "mutable_device_diff");
     return diff_.mutable_device_data<T>(s);
   }
   template <element_type T>
   [[nodiscard]] T* mutable_device_diff() {
+    check_type<T>("mutable_device_diff");
     return diff_.mutable_device_data<T>();
   }
 
@@ -248,6 +289,15 @@ class blob {
 
  private:
   void check_math(const char* operation) const;
+  template <element_type T>
+  void check_type(const char* accessor) const {
+    if (dtype_of<T>() != dtype()) [[unlikely]]
+      throw_type_mismatch(dtype_of<T>(), accessor);
+  }
+  [[noreturn]] void throw_type_mismatch(syncmem::dtype asked, const char* accessor) const;
+  // Refuses a stream of another device than the blob's, naming the blob and the call.
+  void check_stream(stream_view s, const char* accessor) const;
+  [[nodiscard]] std::string describe() const;
 
   tensor data_;
   tensor diff_;

@@ -36,8 +36,11 @@ class memory_resource;
 /// speed; they return when the destination is complete.
 ///
 /// Errors. Each names the buffer (its size, resource and stream's device),
-/// the argument and the valid range; a call that throws leaves the buffer as
-/// it was (an out_of_memory from resize() keeps the old memory and size).
+/// the call, the argument and the valid range; a call that throws leaves the
+/// buffer as it was (an out_of_memory from resize() keeps the old memory and
+/// size). A call given a stream of another device than stream()'s is refused
+/// up front with a syncmem::logic_error naming the buffer, the call and both
+/// devices (a stream cannot be ordered after another device's stream).
 ///
 /// Thread safety: like a standard container; distinct buffers are independent.
 class device_buffer {
@@ -112,6 +115,8 @@ class device_buffer {
  private:
   [[nodiscard]] std::string describe() const;
   void check_range(const char* function, std::size_t offset, std::size_t bytes) const;
+  // Refuses a stream of another device than stream()'s, naming the call.
+  void check_stream(const char* function, stream_view s) const;
   [[nodiscard]] mr::memory_resource& resource_for(stream_view s) const;
   // Moves to a new allocation of `bytes` (>= size_) on `s`, keeping the contents.
   void reallocate(std::size_t bytes, stream_view s);

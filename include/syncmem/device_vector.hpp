@@ -28,6 +28,10 @@ namespace detail {
 // Throws syncmem::logic_error: a host span of `given` elements where `expected` are needed.
 [[noreturn]] void throw_vector_span(const device_buffer& b, const char* function, std::size_t given,
                                     std::size_t expected);
+// Throws syncmem::logic_error naming the vector and `function` when `s` is a
+// stream of another device than the buffer's, before the buffer's own check
+// (which would name device_buffer and its own call).
+void check_vector_stream(const device_buffer& b, const char* function, stream_view s);
 }  // namespace detail
 
 /// @brief `size()` elements of `T` in the memory of a device_buffer (see
@@ -39,8 +43,10 @@ namespace detail {
 /// engine (element(), set_element()); for kernels and the element-wise
 /// functions use span().
 ///
-/// Errors name the vector's buffer, the index or size given and the valid
-/// range; a call that throws leaves the vector as it was.
+/// Errors name the vector's buffer, the call, the index or size given and the
+/// valid range; a stream of another device than stream()'s is refused up
+/// front, naming the vector and the call. A call that throws leaves the vector
+/// as it was.
 /// Thread safety: like a standard container.
 template <class T>
 requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vector {
@@ -74,6 +80,7 @@ requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vec
 
   /// @brief A deep copy on `s`.
   [[nodiscard]] device_vector clone(stream_view s, mr::memory_resource* resource = nullptr) const {
+    detail::check_vector_stream(buffer_, "clone", s);
     device_vector out;
     out.buffer_ = buffer_.clone(s, resource);
     return out;
@@ -86,11 +93,20 @@ requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vec
   /// @brief Sets the size; the first min(old, new) elements keep their values,
   /// new ones are uninitialised. Reallocates only past capacity().
   /// @throws syncmem::out_of_memory (the vector is unchanged)
-  void resize(std::size_t n, stream_view s) { buffer_.resize(detail::vector_bytes(n, sizeof(T), "resize"), s); }
+  void resize(std::size_t n, stream_view s) {
+    detail::check_vector_stream(buffer_, "resize", s);
+    buffer_.resize(detail::vector_bytes(n, sizeof(T), "resize"), s);
+  }
   /// @brief Makes capacity() at least `n`.
-  void reserve(std::size_t n, stream_view s) { buffer_.reserve(detail::vector_bytes(n, sizeof(T), "reserve"), s); }
+  void reserve(std::size_t n, stream_view s) {
+    detail::check_vector_stream(buffer_, "reserve", s);
+    buffer_.reserve(detail::vector_bytes(n, sizeof(T), "reserve"), s);
+  }
   /// @brief Makes capacity() equal to size().
-  void shrink_to_fit(stream_view s) { buffer_.shrink_to_fit(s); }
+  void shrink_to_fit(stream_view s) {
+    detail::check_vector_stream(buffer_, "shrink_to_fit", s);
+    buffer_.shrink_to_fit(s);
+  }
 
   // ---- memory ------------------------------------------------------------------------
   /// @brief The elements, for kernels and elementwise.hpp (device memory for a device resource).
@@ -110,6 +126,7 @@ requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vec
   /// @brief Element `i`, copied to the host in order on `s`.
   /// @throws syncmem::logic_error unless i < size()
   [[nodiscard]] T element(std::size_t i, stream_view s) const {
+    detail::check_vector_stream(buffer_, "element", s);
     if (i >= size()) detail::throw_vector_index(buffer_, "element", i, size());
     T value;
     buffer_.copy_to_host(&value, sizeof(T), s, i * sizeof(T));
@@ -118,6 +135,7 @@ requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vec
   /// @brief Sets element `i` to `value`, in order on `s`; returns when it is set.
   /// @throws syncmem::logic_error unless i < size()
   void set_element(std::size_t i, const T& value, stream_view s) {
+    detail::check_vector_stream(buffer_, "set_element", s);
     if (i >= size()) detail::throw_vector_index(buffer_, "set_element", i, size());
     buffer_.copy_from_host(&value, sizeof(T), s, i * sizeof(T));
   }
@@ -125,11 +143,13 @@ requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vec
   /// host memory), in order on `s`; returns when `host` holds them.
   /// @throws syncmem::logic_error for another number of elements
   void copy_to_host(std::span<T> host, stream_view s) const {
+    detail::check_vector_stream(buffer_, "copy_to_host", s);
     if (host.size() != size()) detail::throw_vector_span(buffer_, "copy_to_host", host.size(), size());
     buffer_.copy_to_host(host.data(), host.size_bytes(), s);
   }
   /// @brief The elements in a new std::vector.
   [[nodiscard]] std::vector<T> to_host(stream_view s) const {
+    detail::check_vector_stream(buffer_, "to_host", s);
     std::vector<T> out(size());
     copy_to_host(std::span<T>{out}, s);
     return out;
@@ -137,6 +157,7 @@ requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vec
   /// @brief Copies `host` (exactly size() elements) into the vector, in order on `s`.
   /// @throws syncmem::logic_error for another number of elements
   void copy_from_host(std::span<const T> host, stream_view s) {
+    detail::check_vector_stream(buffer_, "copy_from_host", s);
     if (host.size() != size()) detail::throw_vector_span(buffer_, "copy_from_host", host.size(), size());
     buffer_.copy_from_host(host.data(), host.size_bytes(), s);
   }

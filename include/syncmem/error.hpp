@@ -74,12 +74,21 @@ struct oom_info {
 /// @brief An allocation failed for lack of memory. A `std::bad_alloc`, so
 /// code that handles allocation failure generically still catches it; `info()`
 /// says what was asked, where, and how memory stood.
+///
+/// The message has the form of the other errors: "syncmem: out of memory: ...
+/// [file:line]"; SYNCMEM_OUT_OF_MEMORY stamps the place that threw.
 class out_of_memory : public std::bad_alloc {
  public:
+  /// @brief A failure without a source location (the message has none).
   explicit out_of_memory(oom_info info);
+  /// @brief A failure thrown at `file`:`line` (a path from the project root).
+  out_of_memory(oom_info info, std::string_view file, int line);
 
   [[nodiscard]] const char* what() const noexcept override { return state_->message.c_str(); }
   [[nodiscard]] const oom_info& info() const noexcept { return state_->info; }
+  /// @brief Where it was thrown ("" and 0 when not known).
+  [[nodiscard]] const std::string& file() const noexcept { return state_->file; }
+  [[nodiscard]] int line() const noexcept { return state_->line; }
 
   /// @brief The same failure, attributed to a buffer's label.
   [[nodiscard]] out_of_memory with_label(std::string label) const;
@@ -87,6 +96,8 @@ class out_of_memory : public std::bad_alloc {
  private:
   struct state_type {
     oom_info info;
+    std::string file;
+    int line = 0;
     std::string message;
   };
   std::shared_ptr<const state_type> state_;
@@ -104,6 +115,7 @@ namespace detail {
 [[noreturn]] void throw_logic_error(std::string_view message, const char* file, int line);
 [[noreturn]] void throw_unsupported(std::string_view message, const char* file, int line);
 [[noreturn]] void throw_cuda_error(int code, const char* call, const char* file, int line);
+[[noreturn]] void throw_out_of_memory(oom_info info, const char* file, int line);
 /// @brief Reports a failed call in a destructor or other noexcept path. Stays
 /// silent while the CUDA runtime is shutting down; otherwise logs one line.
 void report_noexcept_failure(int code, const char* call, const char* file, int line) noexcept;
@@ -129,6 +141,10 @@ void report_noexcept_failure(int code, const char* call, const char* file, int l
 
 /// @brief Throws syncmem::unsupported_error with `message`.
 #define SYNCMEM_UNSUPPORTED(message) ::syncmem::detail::throw_unsupported((message), __FILE__, __LINE__)
+
+/// @brief Throws syncmem::out_of_memory for `info` (an oom_info), stamped
+/// with file and line like the other errors.
+#define SYNCMEM_OUT_OF_MEMORY(info) ::syncmem::detail::throw_out_of_memory((info), __FILE__, __LINE__)
 
 /// @brief Evaluates a CUDA runtime call; throws syncmem::cuda_error naming the
 /// call, file, line, error name and message unless it returned success (0).

@@ -289,13 +289,12 @@ class synced_memory {
   // size() / sizeof(T), checked before any access so that a refused call changes nothing.
   template <class T>
   [[nodiscard]] std::size_t element_count(const char* accessor) const {
-    if (size_ % sizeof(T) != 0) [[unlikely]] {
-      throw logic_error{"synced_memory '" + (label_.empty() ? std::string{"unlabelled"} : label_) + "' (" +
-                        to_string(device_) + "): " + accessor + "<T>: its size of " + std::to_string(size_) +
-                        " bytes is not a multiple of sizeof(T) = " + std::to_string(sizeof(T))};
-    }
+    if (size_ % sizeof(T) != 0) [[unlikely]]
+      throw_not_whole_elements(accessor, sizeof(T));
     return size_ / sizeof(T);
   }
+  // Out of line so that the message goes through SYNCMEM_FAIL like every other error.
+  [[noreturn]] void throw_not_whole_elements(const char* accessor, std::size_t element_size) const;
 
   struct side {
     void* ptr = nullptr;

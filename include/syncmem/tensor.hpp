@@ -40,6 +40,23 @@ namespace syncmem {
 /// storage, no axes and a count of 0 (like Caffe's default Blob); its first
 /// `reshape()` gives it storage on the current device.
 ///
+/// Moving. A moved-from tensor is a tensor without storage of the same dtype,
+/// exactly as `tensor{dtype()}`: no axes, count 0, capacity 0, no label, state
+/// uninitialized. Every call on it is defined: the accessors give nullptr and
+/// empty spans, fill() and zero() write nothing, and what needs elements or a
+/// device (at(), device(), view(), slice(), copying a tensor of another
+/// shape) throws syncmem::logic_error naming it "without storage". reshape()
+/// or assignment makes it usable again. (A tensor is a handle, like a
+/// std::shared_ptr: what is moved is the handle, never the bytes.)
+///
+/// Const. `const` is about the handle, not the bytes, as for a
+/// std::shared_ptr: a const tensor cannot be reshaped, re-pointed or written
+/// through its mutable accessors, but its const accessors (host_data(),
+/// device_data()) may copy between the host and device sides of the shared
+/// storage and move its state to synced, since reading the newest bytes
+/// needs that. synced_memory itself has no const accessors: it is the
+/// storage, and each access may change its state.
+///
 /// Views. `view(shape)` (the same elements under another shape of the same
 /// count) and `slice(begin, end)` (a range along the first axis) return
 /// tensors that share the storage. Writes through one are seen through every
@@ -67,9 +84,10 @@ namespace syncmem {
 ///   contents (the storage becomes uninitialized).
 ///
 /// Typed access. `host_data<T>()`, `mutable_host_data<T>()`,
-/// `device_data<T>(s)`, `mutable_device_data<T>(s)` check that `T` is the C++
-/// type of `dtype()` and throw syncmem::logic_error naming both otherwise; the
-/// untyped forms return `void*`. A tensor of count 0 or without storage gives
+/// `device_data<T>(s)`, `mutable_device_data<T>(s)` and the typed spans and
+/// elements check that `T` is the C++ type of `dtype()` and throw
+/// syncmem::logic_error otherwise, naming the tensor, the call made (e.g.
+/// `host_span<int32>()`) and both types; the untyped forms return `void*`. A tensor of count 0 or without storage gives
 /// nullptr.
 ///
 /// Errors. Bad arguments (shapes, ranges, types) throw syncmem::logic_error
@@ -94,6 +112,15 @@ class tensor {
   /// @brief A tensor over bytes [offset, offset + count × itemsize) of an existing storage.
   /// @throws syncmem::logic_error when `storage` is null or too small
   tensor(syncmem::dtype type, const syncmem::shape& s, std::shared_ptr<synced_memory> storage, std::size_t offset = 0);
+
+  /// @brief A view of the same storage (cheap; see the class comment).
+  tensor(const tensor&) = default;
+  tensor& operator=(const tensor&) = default;
+  /// @brief Takes the storage and shape; `other` is left as `tensor{other.dtype()}`.
+  tensor(tensor&& other) noexcept;
+  /// @brief Takes the storage and shape; `other` is left as `tensor{other.dtype()}`.
+  tensor& operator=(tensor&& other) noexcept;
+  ~tensor() = default;
 
   // ---- what it is ------------------------------------------------------------------
   [[nodiscard]] syncmem::dtype dtype() const noexcept { return dtype_; }
@@ -138,6 +165,9 @@ class tensor {
   [[nodiscard]] void* mutable_device_data(stream_view s);
   [[nodiscard]] void* mutable_device_data();
 
+  // Each typed accessor checks T itself, so that an error names the call made
+  // (`host_span<int32>()`, not the accessor it is built on).
+
   /// @throws syncmem::logic_error unless T is the C++ type of dtype()
   template <element_type T>
   [[nodiscard]] const T* host_data() const {
@@ -150,22 +180,22 @@ class tensor {
     check_type(dtype_of<T>(), "mutable_host_data");
     return static_cast<T*>(mutable_host_data());
   }
-  /// @throws syncmem::logic_error unless T is the C++ type of dtype()
+  /// @throws syncmem::logic_error unless T is the C++ type of dtype(), or for a stream of another device
   template <element_type T>
   [[nodiscard]] const T* device_data(stream_view s) const {
     check_type(dtype_of<T>(), "device_data");
-    return static_cast<const T*>(device_data(s));
+    return static_cast<const T*>(device_bytes(&s, "device_data"));
   }
   template <element_type T>
   [[nodiscard]] const T* device_data() const {
     check_type(dtype_of<T>(), "device_data");
     return static_cast<const T*>(device_data());
   }
-  /// @throws syncmem::logic_error unless T is the C++ type of dtype()
+  /// @throws syncmem::logic_error unless T is the C++ type of dtype(), or for a stream of another device
   template <element_type T>
   [[nodiscard]] T* mutable_device_data(stream_view s) {
     check_type(dtype_of<T>(), "mutable_device_data");
-    return static_cast<T*>(mutable_device_data(s));
+    return static_cast<T*>(mutable_device_bytes(&s, "mutable_device_data"));
   }
   template <element_type T>
   [[nodiscard]] T* mutable_device_data() {
@@ -182,47 +212,54 @@ class tensor {
   /// @throws syncmem::logic_error unless T is the C++ type of dtype()
   template <element_type T>
   [[nodiscard]] std::span<const T> host_span() const {
-    return {host_data<T>(), numel()};
+    check_type(dtype_of<T>(), "host_span");
+    return {static_cast<const T*>(host_data()), numel()};
   }
   /// @brief The elements on the host, up to date; the host side becomes the newest.
   /// @throws syncmem::logic_error unless T is the C++ type of dtype()
   template <element_type T>
   [[nodiscard]] std::span<T> mutable_host_span() {
-    return {mutable_host_data<T>(), numel()};
+    check_type(dtype_of<T>(), "mutable_host_span");
+    return {static_cast<T*>(mutable_host_data()), numel()};
   }
   /// @brief The elements on the device, up to date in order on `s`: for
   /// kernels and device copies, not to be read on the host.
   /// @throws syncmem::logic_error unless T is the C++ type of dtype(), or for a stream of another device
   template <element_type T>
   [[nodiscard]] std::span<const T> device_span(stream_view s) const {
-    return {device_data<T>(s), numel()};
+    check_type(dtype_of<T>(), "device_span");
+    return {static_cast<const T*>(device_bytes(&s, "device_span")), numel()};
   }
   /// @brief device_span<T>(s) on the device's default stream.
   template <element_type T>
   [[nodiscard]] std::span<const T> device_span() const {
-    return {device_data<T>(), numel()};
+    check_type(dtype_of<T>(), "device_span");
+    return {static_cast<const T*>(device_data()), numel()};
   }
   /// @brief As device_span<T>(s), and the device side becomes the newest.
   /// @throws syncmem::logic_error unless T is the C++ type of dtype(), or for a stream of another device
   template <element_type T>
   [[nodiscard]] std::span<T> mutable_device_span(stream_view s) {
-    return {mutable_device_data<T>(s), numel()};
+    check_type(dtype_of<T>(), "mutable_device_span");
+    return {static_cast<T*>(mutable_device_bytes(&s, "mutable_device_span")), numel()};
   }
   /// @brief mutable_device_span<T>(s) on the device's default stream.
   template <element_type T>
   [[nodiscard]] std::span<T> mutable_device_span() {
-    return {mutable_device_data<T>(), numel()};
+    check_type(dtype_of<T>(), "mutable_device_span");
+    return {static_cast<T*>(mutable_device_data()), numel()};
   }
 
   /// @brief The element at `index` (one index per axis, row-major), read on the
   /// host, e.g. `t.at<float>({i, j})` (Kokkos' `h_view(i, j)`).
   /// @throws syncmem::logic_error unless T is the C++ type of dtype(), for
-  /// another number of indices than num_axes(), or an index out of its extent
+  /// another number of indices than num_axes(), an index out of its extent, or
+  /// a tensor without storage
   template <element_type T>
   [[nodiscard]] T at(std::initializer_list<std::int64_t> index) const {
     check_type(dtype_of<T>(), "at");
     const std::size_t i = element_index(index, "at");
-    return host_data<T>()[i];
+    return static_cast<const T*>(host_data())[i];
   }
   /// @brief The element at `index` on the host, to write: the host side becomes
   /// the newest; the reference may be written until the next call on the tensor.
@@ -231,7 +268,7 @@ class tensor {
   [[nodiscard]] T& mutable_at(std::initializer_list<std::int64_t> index) {
     check_type(dtype_of<T>(), "mutable_at");
     const std::size_t i = element_index(index, "mutable_at");
-    return mutable_host_data<T>()[i];
+    return static_cast<T*>(mutable_host_data())[i];
   }
 
   /// @brief Starts bringing the storage's device side up to date on `s` (synced_memory::prefetch_to_device).
@@ -332,6 +369,9 @@ class tensor {
   [[nodiscard]] std::size_t element_index(std::initializer_list<std::int64_t> index, const char* accessor) const;
   // Refuses a stream of another device, naming the tensor.
   void check_stream(stream_view s, const char* accessor) const;
+  // The stream accessors' work, with the name of the call the user made for errors.
+  [[nodiscard]] const void* device_bytes(const stream_view* s, const char* accessor) const;
+  [[nodiscard]] void* mutable_device_bytes(const stream_view* s, const char* accessor);
   template <class T>
   static std::uint64_t to_bits(T value) noexcept {
     if constexpr (sizeof(T) == 1) return std::bit_cast<std::uint8_t>(value);

@@ -20,8 +20,8 @@ cuda_error::cuda_error(int code, std::string_view error_name, std::string_view e
 
 namespace {
 
-std::string describe(const oom_info& info) {
-  std::string text = fmt::format("out of memory: {} failed to allocate {}",
+std::string describe(const oom_info& info, std::string_view file, int line) {
+  std::string text = fmt::format("syncmem: out of memory: {} failed to allocate {}",
                                  info.resource.empty() ? std::string{"allocation"} : info.resource,
                                  detail::format_bytes(info.requested));
   text += info.device ? fmt::format(" on {}", to_string(*info.device)) : std::string{" of host memory"};
@@ -36,20 +36,23 @@ std::string describe(const oom_info& info) {
   add("largest free block", info.largest_free_block);
   add("limit", info.limit);
   if (!info.hint.empty()) text += fmt::format(". {}", info.hint);
+  if (!file.empty()) text += fmt::format(" [{}:{}]", file, line);
   return text;
 }
 
 }  // namespace
 
-out_of_memory::out_of_memory(oom_info info) {
-  auto message = describe(info);
-  state_ = std::make_shared<const state_type>(state_type{std::move(info), std::move(message)});
+out_of_memory::out_of_memory(oom_info info) : out_of_memory{std::move(info), {}, 0} {}
+
+out_of_memory::out_of_memory(oom_info info, std::string_view file, int line) {
+  auto message = describe(info, file, line);
+  state_ = std::make_shared<const state_type>(state_type{std::move(info), std::string{file}, line, std::move(message)});
 }
 
 out_of_memory out_of_memory::with_label(std::string label) const {
   oom_info copy = state_->info;
   copy.label = std::move(label);
-  return out_of_memory{std::move(copy)};
+  return out_of_memory{std::move(copy), state_->file, state_->line};
 }
 
 namespace detail {
@@ -80,6 +83,10 @@ void throw_logic_error(std::string_view message, const char* file, int line) {
 
 void throw_unsupported(std::string_view message, const char* file, int line) {
   throw unsupported_error{fmt::format("syncmem: {} [{}:{}]", message, short_path(file), line)};
+}
+
+void throw_out_of_memory(oom_info info, const char* file, int line) {
+  throw out_of_memory{std::move(info), short_path(file), line};
 }
 
 void throw_cuda_error(int code, const char* call, const char* file, int line) {

@@ -14,7 +14,7 @@ spdlog::logger& logger() noexcept {
   static spdlog::logger* const instance = [] {
     auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
     auto* log = new spdlog::logger("syncmem", std::move(sink));
-    log->set_pattern("syncmem %l: %v");
+    log->set_pattern("syncmem: %l: %v");  // the "syncmem: " of every exception message, then the level
     spdlog::level::level_enum level = spdlog::level::warn;
     if (const char* text = std::getenv("SYNCMEM_LOG_LEVEL"); text != nullptr && *text != '\0') {
       level = spdlog::level::from_str(text);  // unknown names give "off"

@@ -79,6 +79,7 @@ void device_buffer::release() noexcept {
 }
 
 device_buffer device_buffer::clone(stream_view s, mr::memory_resource* resource) const {
+  check_stream("clone", s);
   mr::memory_resource* r = resource != nullptr ? resource : resource_;
   if (r == nullptr) return device_buffer{0, s};
   order_after(stream_, s);  // the contents are final in order on stream_
@@ -120,6 +121,7 @@ void device_buffer::reallocate(std::size_t bytes, stream_view s) {
 }
 
 void device_buffer::resize(std::size_t bytes, stream_view s) {
+  check_stream("resize", s);
   if (bytes > capacity_) {
     reallocate(bytes, s);
   } else {
@@ -131,10 +133,12 @@ void device_buffer::resize(std::size_t bytes, stream_view s) {
 }
 
 void device_buffer::reserve(std::size_t bytes, stream_view s) {
+  check_stream("reserve", s);
   if (bytes > capacity_) reallocate(bytes, s);
 }
 
 void device_buffer::shrink_to_fit(stream_view s) {
+  check_stream("shrink_to_fit", s);
   if (capacity_ == size_) return;
   if (size_ == 0) {
     const stream_view last = stream_.value_or(s);
@@ -153,7 +157,17 @@ void device_buffer::check_range(const char* function, std::size_t offset, std::s
                               describe(), function, bytes, offset, size_));
 }
 
+void device_buffer::check_stream(const char* function, stream_view s) const {
+  if (!stream_) return;  // an empty buffer is bound to no device yet
+  SYNCMEM_EXPECTS(
+      s.device() == stream_->device(),
+      fmt::format("{}: {} was given a stream of {}; the buffer's memory is in order on a stream of {}, and "
+                  "streams must belong to that device",
+                  describe(), function, syncmem::to_string(s.device()), syncmem::to_string(stream_->device())));
+}
+
 void device_buffer::copy_from_host(const void* source, std::size_t bytes, stream_view s, std::size_t offset) {
+  check_stream("copy_from_host", s);
   check_range("copy_from_host", offset, bytes);
   if (bytes == 0) return;
   SYNCMEM_EXPECTS(source != nullptr, fmt::format("{}: copy_from_host of {} bytes from null", describe(), bytes));
@@ -163,6 +177,7 @@ void device_buffer::copy_from_host(const void* source, std::size_t bytes, stream
 }
 
 void device_buffer::copy_to_host(void* destination, std::size_t bytes, stream_view s, std::size_t offset) const {
+  check_stream("copy_to_host", s);
   check_range("copy_to_host", offset, bytes);
   if (bytes == 0) return;
   SYNCMEM_EXPECTS(destination != nullptr, fmt::format("{}: copy_to_host of {} bytes to null", describe(), bytes));

@@ -23,4 +23,13 @@ void throw_vector_span(const device_buffer& b, const char* function, std::size_t
                            given, expected));
 }
 
+void check_vector_stream(const device_buffer& b, const char* function, stream_view s) {
+  const std::optional<stream_view> last = b.stream();
+  if (!last) return;  // an empty vector is bound to no device yet
+  SYNCMEM_EXPECTS(s.device() == last->device(),
+                  fmt::format("device_vector ({}): {} was given a stream of {}; the vector's memory is in order on a "
+                              "stream of {}, and streams must belong to that device",
+                              b.to_string(), function, to_string(s.device()), to_string(last->device())));
+}
+
 }  // namespace syncmem::detail

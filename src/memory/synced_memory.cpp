@@ -707,6 +707,11 @@ std::string synced_memory::describe() const {
                      to_string(device_));
 }
 
+void synced_memory::throw_not_whole_elements(const char* accessor, std::size_t element_size) const {
+  SYNCMEM_FAIL(fmt::format("{}: {}<T>: its size of {} bytes is not a multiple of sizeof(T) = {}", describe(), accessor,
+                           size_, element_size));
+}
+
 void synced_memory::check_usable() const {
   SYNCMEM_EXPECTS(!moved_from_, fmt::format("use of a moved-from synced_memory '{}'", label_));
 }

@@ -296,7 +296,7 @@ struct caching_pinned_resource::state {
                     ? "neither pinned nor pageable host memory could be had"
                     : "pinning host memory failed: the page-locked memory limit (ulimit -l) or host memory is "
                       "exhausted; caching_pinned_options::fallback_to_pageable would serve pageable memory instead";
-    throw out_of_memory{std::move(info)};
+    SYNCMEM_OUT_OF_MEMORY(std::move(info));
   }
 
   // Not under `mutex` (unpinning waits for the device): frees blocks taken
@@ -484,7 +484,7 @@ void caching_pinned_resource::reserve(std::size_t block_bytes, std::size_t block
           "reserving {} blocks of {}: pinning failed after {} blocks (page-locked memory "
           "limit, see ulimit -l)",
           blocks, detail::format_bytes(size), i);
-      throw out_of_memory{std::move(info)};
+      SYNCMEM_OUT_OF_MEMORY(std::move(info));
     }
     auto* b = new (std::nothrow) state::block{p, size, true, 0, {}};
     if (b == nullptr) {

@@ -71,7 +71,7 @@ void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, st
     info.in_use = usage.used;
   } catch (...) {  // NOLINT(bugprone-empty-catch): report what is known
   }
-  throw out_of_memory{std::move(info)};
+  SYNCMEM_OUT_OF_MEMORY(std::move(info));
 }
 
 void cuda_async_resource::do_deallocate(void* p, std::size_t, stream_view stream, std::size_t) noexcept {

@@ -51,7 +51,7 @@ void* device_resource::do_allocate(std::size_t bytes, stream_view, std::size_t) 
   device_guard guard{d};
   auto& backend = syncmem::detail::backend_for(d);
   if (void* p = backend.allocate(d.index(), bytes)) return p;
-  throw out_of_memory{detail::device_oom_info(d, bytes, name())};
+  SYNCMEM_OUT_OF_MEMORY(detail::device_oom_info(d, bytes, name()));
 }
 
 void device_resource::do_deallocate(void* p, std::size_t bytes, stream_view, std::size_t) noexcept {

@@ -52,7 +52,7 @@ void* failure_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::s
     info.label = std::string{current_allocation_label()};
     info.resource = name();
     info.hint = fmt::format("failure injected by failure_adaptor (allocate call {})", call);
-    throw out_of_memory{std::move(info)};
+    SYNCMEM_OUT_OF_MEMORY(std::move(info));
   }
   return upstream().allocate(bytes, stream, alignment);
 }

@@ -25,7 +25,7 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::
       info.limit = limit_;
       info.hint = fmt::format("the limit of {} would be passed: {} are allocated through it",
                               syncmem::detail::format_bytes(limit_), syncmem::detail::format_bytes(before));
-      throw out_of_memory{std::move(info)};
+      SYNCMEM_OUT_OF_MEMORY(std::move(info));
     }
   } while (!allocated_.compare_exchange_weak(before, before + bytes, std::memory_order_relaxed));
   try {

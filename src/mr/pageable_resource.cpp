@@ -18,7 +18,7 @@ void* pageable_resource::do_allocate(std::size_t bytes, stream_view, std::size_t
     info.requested = bytes;
     info.label = std::string{current_allocation_label()};
     info.resource = name();
-    throw out_of_memory{std::move(info)};
+    SYNCMEM_OUT_OF_MEMORY(std::move(info));
   }
   return p;
 }

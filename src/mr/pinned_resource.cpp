@@ -41,7 +41,7 @@ void* pinned_resource::do_allocate(std::size_t bytes, stream_view, std::size_t) 
   info.label = std::string{current_allocation_label()};
   info.resource = name();
   info.hint = "pinning host memory failed: the page-locked memory limit (ulimit -l) or host memory is exhausted";
-  throw out_of_memory{std::move(info)};
+  SYNCMEM_OUT_OF_MEMORY(std::move(info));
 }
 
 void pinned_resource::do_deallocate(void* p, std::size_t bytes, stream_view, std::size_t) noexcept {

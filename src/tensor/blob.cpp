@@ -101,14 +101,20 @@ void scale(tensor& t, double factor, const stream_view* s) {
 // construction and shape
 // ---------------------------------------------------------------------------
 
-blob::blob(const syncmem::shape& s, device_id device, syncmem::dtype type, synced_memory_options options)
+blob::blob(syncmem::dtype type, const syncmem::shape& s, device_id device, synced_memory_options options)
     : data_{type, s, device, options}, diff_{type, s, device, diff_options(options)} {}
 
+blob::blob(syncmem::dtype type, const syncmem::shape& s, synced_memory_options options)
+    : blob{type, s, current_device(), std::move(options)} {}
+
+blob::blob(const syncmem::shape& s, device_id device, syncmem::dtype type, synced_memory_options options)
+    : blob{type, s, device, std::move(options)} {}
+
 blob::blob(const syncmem::shape& s, syncmem::dtype type, synced_memory_options options)
-    : blob{s, current_device(), type, std::move(options)} {}
+    : blob{type, s, current_device(), std::move(options)} {}
 
 blob::blob(std::int64_t num, std::int64_t channels, std::int64_t height, std::int64_t width, syncmem::dtype type)
-    : blob{syncmem::shape{num, channels, height, width}, type} {}
+    : blob{type, syncmem::shape{num, channels, height, width}} {}
 
 void blob::reshape(const syncmem::shape& s) {
   const syncmem::shape old = data_.shape();
@@ -226,6 +232,26 @@ void blob::copy_from(const blob& source, bool copy_diff, bool reshape_to_fit) {
 // ---------------------------------------------------------------------------
 // math
 // ---------------------------------------------------------------------------
+
+std::string blob::describe() const {
+  if (!data_.has_storage()) {
+    return fmt::format("blob {} {} without storage", syncmem::to_string(dtype()), shape().to_string());
+  }
+  return fmt::format("blob '{}' {} {} on {}", name_of(data_), syncmem::to_string(dtype()), shape().to_string(),
+                     syncmem::to_string(device()));
+}
+
+void blob::throw_type_mismatch(syncmem::dtype asked, const char* accessor) const {
+  SYNCMEM_FAIL(fmt::format("{}: {}<{}>() asks for {} elements, but the blob's dtype is {}", describe(), accessor,
+                           syncmem::to_string(asked), syncmem::to_string(asked), syncmem::to_string(dtype())));
+}
+
+void blob::check_stream(stream_view s, const char* accessor) const {
+  if (!data_.has_storage()) return;  // nothing to order: the accessor gives nullptr
+  SYNCMEM_EXPECTS(s.device() == device(),
+                  fmt::format("{}: {} was given a stream of {}; streams must belong to {}", describe(), accessor,
+                              syncmem::to_string(s.device()), syncmem::to_string(device())));
+}
 
 void blob::check_math(const char* operation) const {
   SYNCMEM_EXPECTS(dtype() == syncmem::dtype::float32 || dtype() == syncmem::dtype::float64,

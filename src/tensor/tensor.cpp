@@ -157,6 +157,26 @@ tensor::tensor(syncmem::dtype type, const syncmem::shape& s, std::shared_ptr<syn
   storage_ = std::move(storage);
 }
 
+tensor::tensor(tensor&& other) noexcept
+    : storage_{std::move(other.storage_)},
+      shape_{std::exchange(other.shape_, syncmem::shape{})},
+      offset_{std::exchange(other.offset_, 0)},
+      count_{std::exchange(other.count_, 0)},
+      reallocations_{std::exchange(other.reallocations_, 0)},
+      dtype_{other.dtype_} {}
+
+tensor& tensor::operator=(tensor&& other) noexcept {
+  if (this != &other) {
+    storage_ = std::move(other.storage_);
+    shape_ = std::exchange(other.shape_, syncmem::shape{});
+    offset_ = std::exchange(other.offset_, 0);
+    count_ = std::exchange(other.count_, 0);
+    reallocations_ = std::exchange(other.reallocations_, 0);
+    dtype_ = other.dtype_;
+  }
+  return *this;
+}
+
 // ---------------------------------------------------------------------------
 // description
 // ---------------------------------------------------------------------------
@@ -210,6 +230,8 @@ void tensor::check_stream(stream_view s, const char* accessor) const {
 }
 
 std::size_t tensor::element_index(std::initializer_list<std::int64_t> index, const char* accessor) const {
+  // Without storage even a 0-axis index names no element (count is 0, not a scalar's 1).
+  SYNCMEM_EXPECTS(storage_ != nullptr, fmt::format("{}: {}() has no element to give", describe(), accessor));
   SYNCMEM_EXPECTS(index.size() == static_cast<std::size_t>(num_axes()),
                   fmt::format("{}: {}() was given {} indices; the tensor has {} axes", describe(), accessor,
                               index.size(), num_axes()));
@@ -348,31 +370,27 @@ void* tensor::mutable_host_data() {
   return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 
-const void* tensor::device_data(stream_view s) const {
+const void* tensor::device_data(stream_view s) const { return device_bytes(&s, "device_data"); }
+
+const void* tensor::device_data() const { return device_bytes(nullptr, "device_data"); }
+
+void* tensor::mutable_device_data(stream_view s) { return mutable_device_bytes(&s, "mutable_device_data"); }
+
+void* tensor::mutable_device_data() { return mutable_device_bytes(nullptr, "mutable_device_data"); }
+
+const void* tensor::device_bytes(const stream_view* s, const char* accessor) const {
   if (!storage_) return nullptr;
-  check_stream(s, "device_data");
+  if (s != nullptr) check_stream(*s, accessor);
   if (count_ == 0) return nullptr;  // a count-0 view touches no storage
-  const void* p = storage_->device_data(s);
+  const void* p = s != nullptr ? storage_->device_data(*s) : storage_->device_data();
   return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 
-const void* tensor::device_data() const {
-  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
-  const void* p = storage_->device_data();
-  return p == nullptr ? nullptr : byte_at(p, offset_);
-}
-
-void* tensor::mutable_device_data(stream_view s) {
+void* tensor::mutable_device_bytes(const stream_view* s, const char* accessor) {
   if (!storage_) return nullptr;
-  check_stream(s, "mutable_device_data");
+  if (s != nullptr) check_stream(*s, accessor);
   if (count_ == 0) return nullptr;  // a count-0 view touches no storage
-  void* p = storage_->mutable_device_data(s);
-  return p == nullptr ? nullptr : byte_at(p, offset_);
-}
-
-void* tensor::mutable_device_data() {
-  if (!storage_ || count_ == 0) return nullptr;  // a count-0 view touches no storage
-  void* p = storage_->mutable_device_data();
+  void* p = s != nullptr ? storage_->mutable_device_data(*s) : storage_->mutable_device_data();
   return p == nullptr ? nullptr : byte_at(p, offset_);
 }
 

@@ -310,7 +310,7 @@ void caching_state::throw_out_of_memory(std::size_t bytes, std::size_t key) {
   info.limit = reserved_.limit();
   info.hint = bytes > max_request ? std::string{"the request is larger than any device's memory"}
                                   : out_of_memory_hint(key, pools_.free_bytes() + t.thread_cached, largest);
-  throw out_of_memory{std::move(info)};
+  SYNCMEM_OUT_OF_MEMORY(std::move(info));
 }
 
 std::string caching_state::out_of_memory_hint(std::size_t key, std::size_t cached, std::size_t largest) const {

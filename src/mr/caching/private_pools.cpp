@@ -99,7 +99,7 @@ void* private_pool::allocate(std::size_t bytes, CUstream_st* s, std::uint64_t ca
         "the allocation was made during a capture, from graph_pool {}; graphs that are no longer "
         "needed release their pools' memory when destroyed",
         pool_id_);
-    throw out_of_memory{std::move(info)};
+    SYNCMEM_OUT_OF_MEMORY(std::move(info));
   }
   blocks_.emplace(p, block{size, false, capture, 0, nullptr});
   usage_->reserved.fetch_add(size);

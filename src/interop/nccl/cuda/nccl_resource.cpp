@@ -45,7 +45,7 @@ void* nccl_resource::do_allocate(std::size_t bytes, stream_view, std::size_t) {
   } catch (...) {  // NOLINT(bugprone-empty-catch): the figures are optional
   }
   info.hint = fmt::format("ncclMemAlloc: {} ({})", detail::nccl_error_name(r), ncclGetErrorString(r));
-  throw out_of_memory{std::move(info)};
+  SYNCMEM_OUT_OF_MEMORY(std::move(info));
 }
 
 void nccl_resource::do_deallocate(void* p, std::size_t, stream_view stream, std::size_t) noexcept {
