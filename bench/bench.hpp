@@ -36,7 +36,7 @@
 namespace syncmem::bench {
 
 struct options {
-  bool quick = false;              // fewer sizes and shorter runs (syncmem bench --quick: under 30 s)
+  bool quick = false;              // fewer sizes and shorter runs (syncmem bench --quick: about 30 s)
   std::vector<device_id> devices;  // the devices to run on: every CUDA device, else emulated:0
   [[nodiscard]] bool gpu() const;  // whether the figures come from a GPU
   [[nodiscard]] device_id first() const { return devices.front(); }
@@ -46,6 +46,10 @@ struct options {
 // The devices to benchmark on this machine (enables one emulated device when
 // there is no GPU) and the options for them.
 [[nodiscard]] options default_options(bool quick);
+
+// About how long the benchmark named `name` takes, in seconds, for the
+// estimate `syncmem bench` prints before it starts and while it runs.
+[[nodiscard]] double expected_seconds(std::string_view name, const options& o);
 
 // What a skipped (not failed) run's message starts with under Google
 // Benchmark 1.7, which has only SkipWithError; `syncmem bench` lists such runs

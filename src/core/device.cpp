@@ -67,7 +67,7 @@ std::string why_no_devices(device_kind kind) {
 void check_device(device_id id) {
   const int count = device_count(id.kind());
   if (count == 0) {
-    SYNCMEM_UNSUPPORTED(fmt::format("device {} does not exist: there are no {} devices ({})", to_string(id),
+    SYNCMEM_UNSUPPORTED(fmt::format("device {} does not exist: there are no {} devices: {}", to_string(id),
                                     to_string(id.kind()), why_no_devices(id.kind())));
   }
   SYNCMEM_EXPECTS(id.index() >= 0 && id.index() < count,

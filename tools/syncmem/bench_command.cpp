@@ -21,7 +21,8 @@ void add_bench_command(CLI::App& app, bench_options& options) {
       "bench",
       "Measure transfers, allocators and synced memory beside the alternatives (cudaMemcpy, cudaMalloc, "
       "cudaMallocAsync, PyTorch's allocator) and report: a table, --json, --html");
-  auto* quick = cmd->add_flag("--quick", options.quick, "Fewer sizes and shorter measurements (under 30 s)");
+  auto* quick =
+      cmd->add_flag("--quick", options.quick, "Fewer sizes and shorter measurements (about 30 s without a GPU)");
   auto* filter = cmd->add_option("--filter", options.filter,
                                  "Run only the benchmarks whose name matches REGEX, e.g. '^alloc/' or 'h2d'")
                      ->type_name("REGEX");

@@ -101,6 +101,11 @@ std::string figures_source(const bench_results& results) {
       why, devices.empty() ? std::string{"an emulated device"} : devices);
 }
 
+std::string figures_reminder(const bench_results& results) {
+  return results.gpu ? std::string{}
+                     : std::string{"Not GPU figures (see the top): syncmem's own overhead on an emulated device."};
+}
+
 std::string build_warning(const bench_results& results) {
   const auto& m = results.machine;
   if (!m.is_object() || !m.contains("build_type") || !m["build_type"].is_string()) return {};

@@ -74,6 +74,8 @@ inline constexpr std::int64_t rough_below_iterations = 10;
 // Where the figures come from, in one sentence for the top of the table and
 // the page. When they are not GPU figures it says so plainly.
 [[nodiscard]] std::string figures_source(const bench_results& results);
+// The same in a line, for under the tables; empty for GPU figures.
+[[nodiscard]] std::string figures_reminder(const bench_results& results);
 
 // A warning when the library was built without optimisation (a Debug or
 // sanitizer build), whose figures say little; empty otherwise.

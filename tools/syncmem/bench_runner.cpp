@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <set>
@@ -83,9 +84,10 @@ std::string benchmark_spec(const std::string& filter) {
   return spec;
 }
 
-// "40 s", "3 min".
+// "40 s", "2.5 min", "12 min".
 std::string format_duration(double seconds) {
   if (seconds < 90) return fmt::format("{:.0f} s", std::max(seconds, 1.0));
+  if (seconds < 600) return fmt::format("{:.1f} min", std::round(seconds / 30) / 2);
   return fmt::format("{:.0f} min", seconds / 60);
 }
 
@@ -188,8 +190,9 @@ std::string utc_now() {
 // one line per benchmark otherwise. The benchmarks run `rounds` times over.
 class progress_reporter final : public benchmark::BenchmarkReporter {
  public:
-  progress_reporter(std::vector<std::string> names, int rounds, bench_results& results)
+  progress_reporter(std::vector<std::string> names, std::vector<double> expected_s, int rounds, bench_results& results)
       : names_{std::move(names)},
+        expected_s_{std::move(expected_s)},
         total_{names_.size() * static_cast<std::size_t>(rounds)},
         results_{results},
         tty_{::isatty(STDOUT_FILENO) == 1} {}
@@ -255,12 +258,20 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
     std::fflush(stdout);
   }
 
-  // "  (about 40 s left)" from the pace so far, once there is a pace.
+  // "  (about 40 s left)": what the benchmarks left are expected to take,
+  // at the pace of those done against what they were expected to take (a
+  // replay takes longer than a pair of allocations, so a count would not do).
   [[nodiscard]] std::string time_left(std::size_t done) const {
     if (done == 0 || done >= total_) return {};
+    double expected_done = 0;
+    double expected_left = 0;
+    for (std::size_t i = 0; i < total_; ++i) (i < done ? expected_done : expected_left) += expected(i);
     const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const double left = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
-    return fmt::format("  (about {} left)", format_duration(left));
+    const double pace = expected_done > 0 ? elapsed / expected_done : 1.0;
+    return fmt::format("  (about {} left)", format_duration(expected_left * pace));
+  }
+  [[nodiscard]] double expected(std::size_t i) const {
+    return expected_s_.empty() ? 1.0 : expected_s_[i % expected_s_.size()];
   }
 
   void draw() const {
@@ -311,6 +322,7 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
   }
 
   std::vector<std::string> names_;
+  std::vector<double> expected_s_;                // each name's expected seconds
   std::vector<bench::device_memory_use> in_use_;  // each device's memory in use after the last benchmark
   std::size_t total_;                             // names × rounds
   bench_results& results_;
@@ -376,16 +388,17 @@ bench_results run_benchmarks(const bench_request& request,
   for (const auto& d : o.devices) results.devices.push_back(to_string(d));
   results.machine = describe_machine();  // after the suites enabled any emulated device they run on
 
-  // About 0.2 s of setup per benchmark plus 2.5 times its minimum time, as
-  // quick (0.22 s each) and full (0.7 s each) runs took on an emulated device.
-  const double expected_s = static_cast<double>(names.size()) * request.rounds * (0.2 + 2.5 * o.min_time());
+  std::vector<double> expected;
+  for (const auto& name : names) expected.push_back(bench::expected_seconds(name, o));
+  double expected_s = 0;
+  for (const double e : expected) expected_s += e * request.rounds;
   fmt::print("syncmem bench: {} benchmark{}{} on {}{}; expect about {}{}\n", names.size(), names.size() == 1 ? "" : "s",
              request.rounds > 1 ? fmt::format(", {} rounds", request.rounds) : std::string{},
              fmt::join(results.devices, ", "), results.gpu ? "" : " (no GPU: the figures will not be GPU figures)",
              format_duration(expected_s), request.quick ? "" : " (--quick: a few seconds per suite)");
   std::fflush(stdout);
   set_flags(o, false);
-  progress_reporter progress{std::move(names), request.rounds, results};
+  progress_reporter progress{std::move(names), std::move(expected), request.rounds, results};
   const auto start = std::chrono::steady_clock::now();
   try {
     // Round after round of the same benchmarks in the same order: each

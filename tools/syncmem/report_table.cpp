@@ -114,7 +114,7 @@ std::string render_table(const bench_results& results) {
     for (const auto* r : failed) out += fmt::format("  {}: {}\n", r->name, r->error);
     out += "\n";
   }
-  if (!results.gpu) out += wrap(figures_source(results), line_width, "") + "\n";
+  if (!results.gpu) out += figures_reminder(results) + "\n";
   return out;
 }
 

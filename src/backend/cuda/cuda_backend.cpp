@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -155,6 +157,22 @@ std::optional<pointer_attributes> runtime_pointer_info(const void* p) {
   return a;
 }
 
+// Why cudaGetDeviceCount found no GPU, in words a user can act on: the
+// runtime reports a machine without NVIDIA's driver as a driver too old.
+std::string no_gpu_reason(cudaError_t status) {
+  const auto code = fmt::format("{}: {}", cudaGetErrorName(status), cudaGetErrorString(status));
+  if (status == cudaErrorInsufficientDriver) {
+    if (void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); driver == nullptr) {
+      return "no NVIDIA driver is installed (no GPU)";
+    } else {
+      ::dlclose(driver);
+    }
+    return fmt::format("the NVIDIA driver is older than this CUDA runtime needs: update the driver ({})", code);
+  }
+  if (status == cudaErrorNoDevice) return "the NVIDIA driver finds no GPU";
+  return fmt::format("the CUDA runtime finds no GPU ({})", code);
+}
+
 class backend_impl final : public backend {
  public:
   device_kind kind() const noexcept override { return device_kind::cuda; }
@@ -166,8 +184,7 @@ class backend_impl final : public backend {
       if (status != cudaSuccess) {
         cudaGetLastError();
         count_ = 0;
-        why_ =
-            fmt::format("the CUDA runtime finds no GPU: {} ({})", cudaGetErrorName(status), cudaGetErrorString(status));
+        why_ = no_gpu_reason(status);
       } else {
         count_ = n;
         if (n == 0) why_ = "the CUDA runtime finds no GPU";
