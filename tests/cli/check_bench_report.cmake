@@ -239,8 +239,8 @@ endif()
 # --- the interleaved transfer benchmarks carry the engine's share of the floor --
 run_syncmem(interleaved_out bench --quick --filter "^transfer/(h2d|d2h)-interleaved/engine/1MiB/"
             --json "${WORK_DIR}/interleaved.json")
-if(NOT interleaved_out MATCHES "of_pinned at 1MiB: engine [0-9.]+")
-  fail("the table of the interleaved benchmarks has no of_pinned line")
+if(NOT interleaved_out MATCHES "counters:\n +size +method +of_pinned +pinned_GBps\n +1MiB +engine +[0-9.]+ +[0-9.]+")
+  fail("the table of the interleaved benchmarks has no of_pinned counter")
 endif()
 file(READ "${WORK_DIR}/interleaved.json" interleaved_json)
 string(JSON interleaved_count LENGTH "${interleaved_json}" runs)
