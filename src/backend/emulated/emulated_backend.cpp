@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <condition_variable>
 #include <cstdint>
@@ -663,7 +664,8 @@ class backend_impl final : public backend {
         bytes > 0 && bytes % vmm_page == 0,
         fmt::format("vmm_reserve: {} bytes is not a positive multiple of the granularity {}", bytes, vmm_page));
     void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    SYNCMEM_EXPECTS(p != MAP_FAILED, fmt::format("vmm_reserve: cannot reserve {} bytes of address space", bytes));
+    if (p == MAP_FAILED)
+      SYNCMEM_SYSTEM_FAIL(errno, fmt::format("vmm_reserve: cannot reserve {} bytes of address space", bytes));
     add_allocation(p, {bytes, memory_kind::device, index});
     return p;
   }
@@ -682,9 +684,12 @@ class backend_impl final : public backend {
     if (!reserve_capacity(d, bytes)) return 0;
     const int fd = ::memfd_create("syncmem-emulated", MFD_CLOEXEC);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const int error = errno;
       if (fd >= 0) ::close(fd);
       d.used.fetch_sub(bytes);
-      return 0;
+      // Lack of memory is an out-of-memory the caller reports; anything else (no file descriptors left) is not.
+      if (error == ENOMEM || error == ENOSPC) return 0;
+      SYNCMEM_SYSTEM_FAIL(error, fmt::format("vmm_create: cannot make a file of {} bytes to back the memory", bytes));
     }
     std::lock_guard lock{physical_mutex_};
     const physical_handle handle = next_handle_++;
@@ -712,7 +717,7 @@ class backend_impl final : public backend {
     }
     SYNCMEM_EXPECTS(bytes == block->size, "vmm_map: the size must be that of the physical allocation");
     void* q = ::mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, block->fd, 0);
-    SYNCMEM_EXPECTS(q == p, fmt::format("vmm_map: mmap at {} failed", p));
+    if (q != p) SYNCMEM_SYSTEM_FAIL(errno, fmt::format("vmm_map: mmap at {} failed", p));
     if (block->fresh) {
       if (poison_.load()) std::memset(p, poison_byte, bytes);
       block->fresh = false;
