@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "core/deferred_release.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "mr/default_host_resource.hpp"
 #include "syncmem/device.hpp"
@@ -464,7 +465,9 @@ void synced_memory::release_host() noexcept {
     }
     // After the work enqueued on the memory (in order on the last stream) has completed.
     detail::release_after(last_or_default_stream(), std::move(host_.keep_alive));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): default_stream only throws for a device that is gone
+  } catch (...) {
+    // default_stream only throws for a device that is gone
+    detail::log_ignored("releasing a synced_memory's host buffer");
   }
   const auto kind = options_.host_resource != nullptr                ? options_.host_resource->kind()
                     : options_.host_kind == host_memory_kind::pinned ? memory_kind::pinned_host
@@ -481,7 +484,9 @@ void synced_memory::release_device() noexcept {
     }
     // Copies, fills and the caller's own work on borrowed memory are all ordered on the last stream.
     detail::release_after(last_or_default_stream(), std::move(device_side_.keep_alive));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  } catch (...) {
+    // the device is gone
+    detail::log_ignored("releasing a synced_memory's device buffer");
   }
   device_side_ = {};
   device_side_.kind = memory_kind::device;
@@ -502,7 +507,9 @@ void synced_memory::reset() noexcept {
   if (moved_from_) return;
   try {
     wait_for_copy();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a copy that failed writes nothing more
+  } catch (...) {
+    // a copy that failed writes nothing more
+    detail::log_ignored("waiting for a copy before resetting a synced_memory");
   }
   release_device();
   release_host();

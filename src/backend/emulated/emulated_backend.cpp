@@ -28,6 +28,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/emulated/worker_stream.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/emulated.hpp"
 #include "syncmem/error.hpp"
@@ -253,7 +254,9 @@ class backend_impl final : public backend {
     // Like cudaFree, wait for the device first: work in flight may use it.
     try {
       synchronize_device(index);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): an earlier failure is reported by its own synchronize
+    } catch (...) {
+      // an earlier failure is reported by its own synchronize
+      detail::log_ignored("synchronizing an emulated device before freeing its memory");
     }
     auto removed = remove_allocation(p);
     if (!removed) {
@@ -331,7 +334,9 @@ class backend_impl final : public backend {
       pool->usage.used -= size;
       try {
         w = &to_stream(s, index);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): no usable stream, so the block is free at once
+      } catch (...) {
+        // no usable stream, so the block is free at once
+        detail::log_ignored("finding the stream of a stream-ordered free");
       }
       ticket = ++pool->next_ticket;
       pool->pending.emplace(p, memory_pool::pending_free{size, w, ticket});
@@ -359,7 +364,9 @@ class backend_impl final : public backend {
         w->invalidate_capture("a stream-ordered free, which emulated devices cannot record yet");
         w->enqueue_uncaptured(give_back);
         return;
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the stream cannot take it, so the block is free at once
+      } catch (...) {
+        // the stream cannot take it, so the block is free at once
+        detail::log_ignored("handing a stream-ordered free to its stream");
       }
     }
     give_back();
@@ -452,7 +459,9 @@ class backend_impl final : public backend {
     // synchronize still holds the stream (it then destroys it).
     try {
       owned->synchronize();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a failure nobody asked about, as when a CUDA stream is destroyed
+    } catch (...) {
+      // a failure nobody asked about, as when a CUDA stream is destroyed
+      detail::log_ignored("synchronizing an emulated stream before destroying it");
     }
   }
 
@@ -727,7 +736,8 @@ class backend_impl final : public backend {
   void vmm_unmap(int index, void* p, std::size_t bytes) noexcept override {
     try {
       synchronize_device(index);  // work in flight may still use the pages
-    } catch (...) {               // NOLINT(bugprone-empty-catch)
+    } catch (...) {
+      detail::log_ignored("synchronizing an emulated device before unmapping pages");
     }
     ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   }
@@ -883,7 +893,8 @@ class backend_impl final : public backend {
     for (int i = 0; i < count_.load(); ++i) {
       try {
         synchronize_device(i);
-      } catch (...) {  // NOLINT(bugprone-empty-catch)
+      } catch (...) {
+        detail::log_ignored("synchronizing an emulated device");
       }
     }
   }

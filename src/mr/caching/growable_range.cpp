@@ -4,6 +4,7 @@
 #include <exception>
 #include <utility>
 
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/device_guard.hpp"
 
@@ -691,7 +692,9 @@ void growable_range::release_spares() noexcept {
     };
     for (auto h : spare_pages_) let_go(h, page_size_);
     for (auto h : spare_large_) let_go(h, large_pages_ * page_size_);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  } catch (...) {
+    // the device is gone
+    syncmem::detail::log_ignored("releasing the spare pages of a growable range");
   }
   spare_pages_.clear();
   spare_large_.clear();
@@ -714,7 +717,9 @@ void growable_range::release_all() noexcept {
     for (auto h : spare_pages_) backend_.vmm_release(index_, h, page_size_);
     for (auto h : spare_large_) backend_.vmm_release(index_, h, large_pages_ * page_size_);
     backend_.vmm_free_address(index_, reinterpret_cast<void*>(range_->base), range_->size);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  } catch (...) {
+    // the device is gone
+    syncmem::detail::log_ignored("releasing a growable range");
   }
 }
 
