@@ -16,7 +16,9 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda_stream_handles.hpp"
 #include "core/event_pool.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
@@ -52,7 +54,7 @@ struct stream_key {
 
 // cudaStreamPerThread names a different stream on every thread: events queued
 // under that handle are not in one stream's order.
-bool names_one_stream(CUstream_st* handle) noexcept { return reinterpret_cast<std::uintptr_t>(handle) != 2; }
+bool names_one_stream(CUstream_st* handle) noexcept { return handle != syncmem::detail::cuda_per_thread_stream(); }
 
 device_id home_device_of(device_kind backend) { return device_id{backend, 0}; }
 
