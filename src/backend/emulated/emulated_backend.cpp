@@ -251,13 +251,9 @@ class backend_impl final : public backend {
 
   void deallocate(int index, void* p, std::size_t) noexcept override {
     if (p == nullptr) return;
-    // Like cudaFree, wait for the device first: work in flight may use it.
-    try {
-      synchronize_device(index);
-    } catch (...) {
-      // an earlier failure is reported by its own synchronize
-      detail::log_ignored("synchronizing an emulated device before freeing its memory");
-    }
+    // Like cudaFree, wait for the device first: work in flight may use it. An
+    // earlier failure is reported by its own synchronize.
+    detail::ignore_failure("synchronizing an emulated device before a free", [&] { synchronize_device(index); });
     auto removed = remove_allocation(p);
     if (!removed) {
       logger().error("emulated deallocate of {} which emulated:{} did not allocate", p, index);
@@ -332,12 +328,8 @@ class backend_impl final : public backend {
       const std::size_t size = it->second;
       pool->live.erase(it);
       pool->usage.used -= size;
-      try {
-        w = &to_stream(s, index);
-      } catch (...) {
-        // no usable stream, so the block is free at once
-        detail::log_ignored("finding the stream of a stream-ordered free");
-      }
+      // Without a usable stream the block is free at once.
+      detail::ignore_failure("finding the stream of a stream-ordered free", [&] { w = &to_stream(s, index); });
       ticket = ++pool->next_ticket;
       pool->pending.emplace(p, memory_pool::pending_free{size, w, ticket});
       if (w != nullptr) pool->pending_by_stream.emplace(std::pair<const void*, std::size_t>{w, size}, p);
@@ -457,12 +449,8 @@ class backend_impl final : public backend {
     if (!owned) return;
     // Run what is queued before returning, as before, even when a device-wide
     // synchronize still holds the stream (it then destroys it).
-    try {
-      owned->synchronize();
-    } catch (...) {
-      // a failure nobody asked about, as when a CUDA stream is destroyed
-      detail::log_ignored("synchronizing an emulated stream before destroying it");
-    }
+    // A failure is one nobody asked about, as when a CUDA stream is destroyed.
+    detail::ignore_failure("synchronizing an emulated stream before destroying it", [&] { owned->synchronize(); });
   }
 
   CUstream_st* default_stream(int index) override {
@@ -734,11 +722,8 @@ class backend_impl final : public backend {
   }
 
   void vmm_unmap(int index, void* p, std::size_t bytes) noexcept override {
-    try {
-      synchronize_device(index);  // work in flight may still use the pages
-    } catch (...) {
-      detail::log_ignored("synchronizing an emulated device before unmapping pages");
-    }
+    // Work in flight may still use the pages.
+    detail::ignore_failure("synchronizing an emulated device before an unmap", [&] { synchronize_device(index); });
     ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   }
 
@@ -891,11 +876,7 @@ class backend_impl final : public backend {
 
   void synchronize_all_noexcept() noexcept {
     for (int i = 0; i < count_.load(); ++i) {
-      try {
-        synchronize_device(i);
-      } catch (...) {
-        detail::log_ignored("synchronizing an emulated device");
-      }
+      detail::ignore_failure("synchronizing an emulated device", [&] { synchronize_device(i); });
     }
   }
 
