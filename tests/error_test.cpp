@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <new>
 #include <string>
+#include <system_error>
 
 #include "backend/backend.hpp"
 #include "core/log.hpp"
@@ -65,6 +67,71 @@ TEST(Errors, CudaTryCarriesCallFileLineNameAndMessage) {
       EXPECT_EQ(e.error_name(), "cudaErrorMemoryAllocation");
       EXPECT_EQ(e.error_message(), "out of memory");
     }
+  }
+}
+
+// One handler serves every backend: a failed CUDA call is a device_error naming its backend and code.
+TEST(Errors, CudaErrorIsCaughtAsADeviceErrorWithKindBackendAndCode) {
+  try {
+    SYNCMEM_CUDA_TRY(failing_cuda_call(2));
+    FAIL() << "did not throw";
+  } catch (const device_error& e) {
+    EXPECT_EQ(e.kind(), device_kind::cuda);
+    EXPECT_EQ(e.backend(), "cuda");
+    EXPECT_EQ(e.code(), 2);
+    EXPECT_NE(dynamic_cast<const cuda_error*>(&e), nullptr);
+  }
+}
+
+TEST(Errors, CudaErrorTextIsAsBeforeAndALibraryOnTopOfCudaNamesItself) {
+  const cuda_error e{700, "cudaErrorIllegalAddress", "an illegal memory access", "k<<<>>>", "a.cu", 3};
+  EXPECT_STREQ(e.what(),
+               "CUDA runtime error at a.cu:3: k<<<>>> failed: code = cudaErrorIllegalAddress (700), message = an "
+               "illegal memory access");
+  EXPECT_EQ(e.backend(), "cuda");
+  const cuda_error nccl{5, "ncclInvalidUsage", "invalid usage", "ncclAllReduce(...)", "b.cpp", 9, "nccl"};
+  EXPECT_EQ(nccl.backend(), "nccl");
+  EXPECT_EQ(nccl.kind(), device_kind::cuda);
+  EXPECT_THROW(throw nccl, std::runtime_error);
+}
+
+TEST(Errors, FailAsThrowsTheNamedTypeStampedLikeTheOthers) {
+  const int line = __LINE__ + 2;
+  try {
+    SYNCMEM_FAIL_AS(unsupported_error, "no such thing");
+    FAIL() << "did not throw";
+  } catch (const unsupported_error& e) {
+    EXPECT_EQ(std::string{e.what()}, "syncmem: no such thing [tests/error_test.cpp:" + std::to_string(line) + "]");
+  }
+  EXPECT_THROW(SYNCMEM_FAIL_AS(logic_error, "bad"), std::logic_error);
+}
+
+// A refused system call is an environment failure: a std::system_error carrying errno, not a logic_error.
+TEST(Errors, SystemFailThrowsASystemErrorCarryingErrno) {
+  const int line = __LINE__ + 2;
+  try {
+    SYNCMEM_SYSTEM_FAIL(EMFILE, "memfd_create of 4096 bytes");
+    FAIL() << "did not throw";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), std::error_code(EMFILE, std::generic_category()));
+    EXPECT_EQ(std::string{e.what()}, "syncmem: memfd_create of 4096 bytes: " + e.code().message() +
+                                         " [tests/error_test.cpp:" + std::to_string(line) + "]");
+    EXPECT_NE(dynamic_cast<const system_error*>(&e), nullptr);
+    EXPECT_EQ(dynamic_cast<const std::logic_error*>(&e), nullptr);
+  }
+}
+
+// The emulated backend's mmap of address space fails for a size no machine has.
+TEST(Errors, AnEmulatedReservationTheSystemRefusesIsASystemError) {
+  auto& emulated = detail::emulated_backend();
+  const std::size_t huge = std::size_t{1} << 62;
+  try {
+    (void)emulated.vmm_reserve(0, huge);
+    FAIL() << "reserved 2^62 bytes";
+  } catch (const system_error& e) {
+    EXPECT_EQ(e.code().value(), ENOMEM);
+    EXPECT_THAT(e.what(), HasSubstr("vmm_reserve: cannot reserve"));
+    EXPECT_THAT(e.what(), HasSubstr("src/backend/emulated/emulated_backend.cpp:"));
   }
 }
 

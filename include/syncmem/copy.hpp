@@ -1,5 +1,7 @@
 #pragma once
 
+// The tables below keep their rows only while clang-format leaves them alone.
+// clang-format off
 /// @file copy.hpp
 /// @brief The transfer engine: one copy for every pair of pageable host,
 /// pinned host, device and another device's memory, at the speed of the bus.
@@ -7,15 +9,15 @@
 /// The engine looks at each pointer itself (get_pointer_attributes) and picks
 /// a path (copy_path):
 ///
-/// | source → destination                       | path               |
-/// |--------------------------------------------|--------------------|
-/// | host ↔ host (pageable or pinned)           | host_memcpy        |
-/// | pinned ↔ device, device → same device, managed | dma            |
-/// | pageable ↔ device, up to direct_threshold  | dma (the backend's own copy) |
-/// | pageable → device, larger                  | staged_to_device   |
-/// | device → pageable, larger                  | staged_to_host     |
-/// | device → another device, peer access       | peer_dma           |
-/// | device → another device, no peer access    | peer_staged        |
+/// | source → destination                                     | path                                 |
+/// |----------------------------------------------------------|--------------------------------------|
+/// | host ↔ host (pageable or pinned)                         | host_memcpy                          |
+/// | pinned ↔ device, device → same device, managed           | dma                                  |
+/// | pageable ↔ device, up to direct_threshold                | dma (the backend's own copy)         |
+/// | pageable → device, larger                                | staged_to_device                     |
+/// | device → pageable, larger                                | staged_to_host                       |
+/// | device → another device, peer access                     | peer_dma                             |
+/// | device → another device, no peer access                  | peer_staged                          |
 /// | device → a device of the other backend (CUDA ↔ emulated) | across_backends: through host memory |
 ///
 /// Pinned memory is memory the backend of `stream` has page-locked:
@@ -45,15 +47,19 @@
 /// after the transfer is ready; device-side work on `stream`, at once (b).
 /// Paths that finish more at return:
 ///
-/// | path             | source (host writes)   | destination complete          |
-/// |------------------|------------------------|-------------------------------|
-/// | host_memcpy      | at return              | at return (ready at once)     |
-/// | dma, pinned side | when ready             | device: for `stream` at once, elsewhere when ready; pinned: when ready
-/// | | dma, pageable source ≤ threshold | when ready | device: for `stream` at once, elsewhere when ready | | dma,
-/// pageable destination ≤ threshold | device source: at once | at return (ready at once) | | staged_to_device | at
-/// return (read during the call) | for `stream` at once, elsewhere when ready | | staged_to_host   | device source: at
-/// once | at return (ready at once)    | | peer_dma / peer_staged | device source: at once | for `stream` at once,
-/// elsewhere when ready | | across_backends  | at return              | at return (ready at once)     |
+/// | path                                  | source (host writes)         | destination complete                  |
+/// |---------------------------------------|------------------------------|---------------------------------------|
+/// | host_memcpy                           | at return                    | at return (ready at once)             |
+/// | dma, pinned side                      | when ready                   | device: on-stream; pinned: when ready |
+/// | dma, pageable source ≤ threshold      | when ready                   | device: on-stream                     |
+/// | dma, pageable destination ≤ threshold | device source: at once       | at return (ready at once)             |
+/// | staged_to_device                      | at return (read in the call) | on-stream                             |
+/// | staged_to_host                        | device source: at once       | at return (ready at once)             |
+/// | peer_dma / peer_staged                | device source: at once       | on-stream                             |
+/// | across_backends                       | at return                    | at return (ready at once)             |
+///
+/// "On-stream": for work enqueued on `stream`, at once; elsewhere, when the
+/// transfer is ready.
 ///
 /// The staged paths work synchronously on the host: staged_to_device returns
 /// once the last chunk's DMA is enqueued (its host threads have read the whole
@@ -72,6 +78,7 @@
 /// ## Thread safety
 /// copy_async may be called from many threads at once. A transfer object
 /// belongs to one thread at a time.
+// clang-format on
 
 #include <cstddef>
 #include <memory>

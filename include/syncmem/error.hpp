@@ -4,9 +4,11 @@
 /// @brief The exceptions syncmem throws, and the macros that throw them.
 ///
 /// The tree is shallow and rooted in the standard types, so that a caller can
-/// catch what it knows: misuse is a `std::logic_error`, a failed CUDA call and
-/// an unsupported operation are `std::runtime_error`s, and running out of
-/// memory is a `std::bad_alloc`. Each carries what is needed to act on it.
+/// catch what it knows: misuse is a `std::logic_error`; a failed device call
+/// (a `device_error`, e.g. a `cuda_error`), a refused system call (a
+/// `system_error`) and an unsupported operation are `std::runtime_error`s; and
+/// running out of memory is a `std::bad_alloc`. Each carries what is needed to
+/// act on it.
 
 #include <cstddef>
 #include <memory>
@@ -15,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "syncmem/device_id.hpp"
 
@@ -27,16 +30,38 @@ class logic_error : public std::logic_error {
   explicit logic_error(const std::string& message) : std::logic_error{message} {}
 };
 
-/// @brief A CUDA runtime or driver call failed. Carries what the seeds'
-/// `checkRuntime` printed: the call's text, the file and line, the CUDA error
-/// name and its message.
-class cuda_error : public std::runtime_error {
+/// @brief A call into a device backend failed. Carries the backend that
+/// failed and its native error code, so that one handler serves every backend.
+class device_error : public std::runtime_error {
  public:
-  cuda_error(int code, std::string_view error_name, std::string_view error_message, std::string_view call,
-             std::string_view file, int line);
+  /// @param message the full text `what()` returns
+  /// @param kind the kind of device the backend drives
+  /// @param backend the backend's name, e.g. "cuda" or "nccl"
+  /// @param code the backend's own error code
+  device_error(const std::string& message, device_kind kind, std::string_view backend, int code);
 
-  /// @brief The `cudaError_t` (or `CUresult`) value.
+  /// @brief The kind of device whose backend failed.
+  [[nodiscard]] device_kind kind() const noexcept { return kind_; }
+  /// @brief The backend's name, e.g. "cuda" or "nccl".
+  [[nodiscard]] const std::string& backend() const noexcept { return *backend_; }
+  /// @brief The backend's native error code (a `cudaError_t`, `CUresult`, `ncclResult_t`...).
   [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  std::shared_ptr<const std::string> backend_;  // shared: copying an exception must not throw
+  int code_;
+  device_kind kind_;
+};
+
+/// @brief A CUDA runtime or driver call (or a library on top of CUDA, such as
+/// NCCL) failed. Carries what the seeds' `checkRuntime` printed: the call's
+/// text, the file and line, the CUDA error name and its message.
+class cuda_error : public device_error {
+ public:
+  /// @param backend "cuda", or the library on top of CUDA whose call failed ("nccl")
+  cuda_error(int code, std::string_view error_name, std::string_view error_message, std::string_view call,
+             std::string_view file, int line, std::string_view backend = "cuda");
+
   /// @brief e.g. "cudaErrorMemoryAllocation".
   [[nodiscard]] const std::string& error_name() const noexcept { return details_->name; }
   /// @brief e.g. "out of memory".
@@ -51,8 +76,27 @@ class cuda_error : public std::runtime_error {
     std::string name, message, call, file;
   };
   std::shared_ptr<const details_type> details_;  // shared: copying an exception must not throw
-  int code_;
   int line_;
+};
+
+/// @brief The environment refused a system call (mmap, memfd_create...) for a
+/// reason that is neither misuse nor, as far as syncmem can tell, lack of
+/// memory. A `std::system_error` whose `code()` holds the `errno` value.
+///
+/// The message has the form of the other errors: "syncmem: <what failed>:
+/// <strerror> [file:line]".
+class system_error : public std::system_error {
+ public:
+  /// @param error the `errno` value
+  /// @param message what failed, without the error's text
+  system_error(int error, std::string_view message);
+  /// @brief A failure thrown at `file`:`line` (a path from the project root).
+  system_error(int error, std::string_view message, std::string_view file, int line);
+
+  [[nodiscard]] const char* what() const noexcept override { return message_->c_str(); }
+
+ private:
+  std::shared_ptr<const std::string> message_;  // shared: copying an exception must not throw
 };
 
 /// @brief What an allocation that failed knows about the failure. Fields an
@@ -115,6 +159,14 @@ namespace detail {
 [[noreturn]] void throw_logic_error(std::string_view message, const char* file, int line);
 [[noreturn]] void throw_unsupported(std::string_view message, const char* file, int line);
 [[noreturn]] void throw_cuda_error(int code, const char* call, const char* file, int line);
+[[noreturn]] void throw_system_error(int error, std::string_view message, const char* file, int line);
+/// @brief "syncmem: <message> [file:line]", the text every macro's exception carries.
+[[nodiscard]] std::string stamp(std::string_view message, const char* file, int line);
+/// @brief Throws an `Error` constructed from the stamped message.
+template <class Error>
+[[noreturn]] void throw_as(std::string_view message, const char* file, int line) {
+  throw Error{stamp(message, file, line)};
+}
 [[noreturn]] void throw_out_of_memory(oom_info info, const char* file, int line);
 /// @brief Reports a failed call in a destructor or other noexcept path. Stays
 /// silent while the CUDA runtime is shutting down; otherwise logs one line.
@@ -138,6 +190,15 @@ void report_noexcept_failure(int code, const char* call, const char* file, int l
 
 /// @brief Throws syncmem::logic_error with `message` unconditionally.
 #define SYNCMEM_FAIL(message) ::syncmem::detail::throw_logic_error((message), __FILE__, __LINE__)
+
+/// @brief Throws an exception of `type` (constructible from a string) with
+/// `message`, stamped like the others, e.g. SYNCMEM_FAIL_AS(syncmem::unsupported_error, "...").
+#define SYNCMEM_FAIL_AS(type, message) ::syncmem::detail::throw_as<type>((message), __FILE__, __LINE__)
+
+/// @brief Throws syncmem::system_error for the `errno` value `error` with
+/// `message` (what failed), e.g. SYNCMEM_SYSTEM_FAIL(errno, "mmap of 4096 bytes").
+#define SYNCMEM_SYSTEM_FAIL(error, message) \
+  ::syncmem::detail::throw_system_error((error), (message), __FILE__, __LINE__)
 
 /// @brief Throws syncmem::unsupported_error with `message`.
 #define SYNCMEM_UNSUPPORTED(message) ::syncmem::detail::throw_unsupported((message), __FILE__, __LINE__)

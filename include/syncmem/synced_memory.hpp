@@ -172,6 +172,8 @@ class synced_memory {
   // stream ordering, with the element count in the span. A span of a
   // mutable accessor may be written until the next call on the buffer.
 
+  // clang-format 14 cannot put a requires-clause on a line of its own.
+  // clang-format off
   /// @brief The host side as `size() / sizeof(T)` elements, up to date.
   /// @tparam T a trivially copyable element type
   /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T)
@@ -184,7 +186,8 @@ class synced_memory {
   /// @brief The host side as elements, up to date; the host side becomes the newest.
   /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T)
   template <class T>
-  requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>) [[nodiscard]] std::span<T> mutable_host_span() {
+  requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
+  [[nodiscard]] std::span<T> mutable_host_span() {
     const std::size_t n = element_count<T>("mutable_host_span");
     return {static_cast<T*>(mutable_host_data()), n};
   }
@@ -210,17 +213,19 @@ class synced_memory {
   /// @throws syncmem::logic_error unless size() is a multiple of sizeof(T), or
   /// for a stream of another device
   template <class T>
-  requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)
-      [[nodiscard]] std::span<T> mutable_device_span(stream_view s) {
+  requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
+  [[nodiscard]] std::span<T> mutable_device_span(stream_view s) {
     const std::size_t n = element_count<T>("mutable_device_span");
     return {static_cast<T*>(mutable_device_data(s)), n};
   }
   /// @brief mutable_device_span<T>(s) on the device's default stream.
   template <class T>
-  requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>) [[nodiscard]] std::span<T> mutable_device_span() {
+  requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
+  [[nodiscard]] std::span<T> mutable_device_span() {
     const std::size_t n = element_count<T>("mutable_device_span");
     return {static_cast<T*>(mutable_device_data()), n};
   }
+  // clang-format on
   // ---- end of typed access ------------------------------------------------------
 
   /// @brief Starts bringing the device side up to date on `s`, without blocking.

@@ -48,9 +48,11 @@ _share_the_cuda_runtime_of_the_wheels()
 from . import _syncmem  # noqa: E402
 from ._syncmem import (  # noqa: F401, E402  (the public API)
     CudaError,
+    DeviceError,
     Error,
     LogicError,
     OutOfMemoryError,
+    SystemCallError,
     UnsupportedError,
     allocate_device,
     allocate_pinned,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/ignored_failure.hpp"
 #include "mr/default_host_resource.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
@@ -34,7 +35,9 @@ MixMemory::MixMemory(void* cpu, size_t cpu_size, void* gpu, size_t gpu_size, int
 MixMemory::~MixMemory() {
   try {
     release_all();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+  } catch (...) {
+    syncmem::detail::log_ignored("releasing a MixMemory's buffers in its destructor",
+                                 spdlog::level::warn);  // a destructor must not throw
   }
 }
 
@@ -51,7 +54,8 @@ MixMemory& MixMemory::operator=(MixMemory&& other) noexcept {
   if (this != &other) {
     try {
       release_all();
-    } catch (...) {  // NOLINT(bugprone-empty-catch)
+    } catch (...) {
+      syncmem::detail::log_ignored("releasing a MixMemory's buffers before a move", spdlog::level::warn);
     }
     cpu_ = std::exchange(other.cpu_, nullptr);
     cpu_size_ = std::exchange(other.cpu_size_, 0);

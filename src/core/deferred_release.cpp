@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "core/release_at_exit.hpp"
 #include "syncmem/device_guard.hpp"
@@ -36,7 +37,9 @@ class releaser {
       lock.unlock();
       try {
         s.synchronize();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a device that is gone runs nothing more
+      } catch (...) {
+        // a device that is gone runs nothing more
+        log_ignored("waiting for a stream at exit before a release");
       }
       return;
     }
@@ -140,7 +143,9 @@ void release_after(stream_view s, std::shared_ptr<void> keep_alive) noexcept {
 void drain_deferred_releases() noexcept {
   try {
     releaser::instance().drain();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a lock that fails leaves nothing to wait for
+  } catch (...) {
+    // a lock that fails leaves nothing to wait for
+    log_ignored("draining the deferred releases");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/ignored_failure.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/memory_kind.hpp"
@@ -130,7 +131,9 @@ device_guard::~device_guard() {
   if (original_cuda_index_ >= 0) {
     try {
       detail::cuda_backend().make_current(original_cuda_index_);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): restoring must not throw; the backend has reported it
+    } catch (...) {
+      // restoring must not throw; the backend has reported it
+      detail::log_ignored("restoring the current CUDA device");
     }
   }
   this_thread.emulated_selected = original_emulated_selected_;

@@ -9,14 +9,26 @@
 
 namespace syncmem {
 
+device_error::device_error(const std::string& message, device_kind kind, std::string_view backend, int code)
+    : std::runtime_error{message}, backend_{std::make_shared<const std::string>(backend)}, code_{code}, kind_{kind} {}
+
 cuda_error::cuda_error(int code, std::string_view error_name, std::string_view error_message, std::string_view call,
-                       std::string_view file, int line)
-    : std::runtime_error{fmt::format("CUDA runtime error at {}:{}: {} failed: code = {} ({}), message = {}", file, line,
-                                     call, error_name, code, error_message)},
+                       std::string_view file, int line, std::string_view backend)
+    : device_error{fmt::format("CUDA runtime error at {}:{}: {} failed: code = {} ({}), message = {}", file, line, call,
+                               error_name, code, error_message),
+                   device_kind::cuda, backend, code},
       details_{std::make_shared<const details_type>(
           details_type{std::string{error_name}, std::string{error_message}, std::string{call}, std::string{file}})},
-      code_{code},
       line_{line} {}
+
+system_error::system_error(int error, std::string_view message) : system_error{error, message, {}, 0} {}
+
+system_error::system_error(int error, std::string_view message, std::string_view file, int line)
+    : std::system_error{error, std::generic_category()} {
+  std::string text = fmt::format("syncmem: {}: {}", message, code().message());
+  if (!file.empty()) text += fmt::format(" [{}:{}]", file, line);
+  message_ = std::make_shared<const std::string>(std::move(text));
+}
 
 namespace {
 
@@ -77,12 +89,20 @@ std::string format_bytes(std::size_t bytes) {
   return fmt::format("{:.2f} {} ({} bytes)", value, units[unit], bytes);
 }
 
+std::string stamp(std::string_view message, const char* file, int line) {
+  return fmt::format("syncmem: {} [{}:{}]", message, short_path(file), line);
+}
+
 void throw_logic_error(std::string_view message, const char* file, int line) {
-  throw logic_error{fmt::format("syncmem: {} [{}:{}]", message, short_path(file), line)};
+  throw logic_error{stamp(message, file, line)};
 }
 
 void throw_unsupported(std::string_view message, const char* file, int line) {
-  throw unsupported_error{fmt::format("syncmem: {} [{}:{}]", message, short_path(file), line)};
+  throw unsupported_error{stamp(message, file, line)};
+}
+
+void throw_system_error(int error, std::string_view message, const char* file, int line) {
+  throw system_error{error, message, short_path(file), line};
 }
 
 void throw_out_of_memory(oom_info info, const char* file, int line) {

@@ -1,4 +1,5 @@
 #include "core/event_pool.hpp"
+#include "core/ignored_failure.hpp"
 
 #include <array>
 #include <cstddef>
@@ -86,7 +87,9 @@ event event_pool::acquire(device_id device) {
       bool ready = false;
       try {
         ready = pool.maybe_pending.front().ready();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed query: make a new event instead
+      } catch (...) {
+        // a failed query: make a new event instead
+        log_ignored("asking whether a pooled event has completed");
       }
       if (ready) {
         event e = std::move(pool.maybe_pending.front());
@@ -111,7 +114,9 @@ void event_pool::release(event&& e) noexcept {
     } else {
       pool.maybe_pending.push_back(std::move(e));
     }
-  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: the event is simply destroyed
+  } catch (...) {
+    // out of memory: the event is simply destroyed
+    log_ignored("returning an event to the pool");
   }
 }
 
@@ -120,7 +125,9 @@ void event_pool::release_completed(event&& e) noexcept {
   try {
     std::lock_guard lock{mutex_};
     pools_[e.device()].completed.push_back(std::move(e));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: the event is simply destroyed
+  } catch (...) {
+    // out of memory: the event is simply destroyed
+    log_ignored("returning a completed event to the pool");
   }
 }
 

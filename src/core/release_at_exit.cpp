@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 
 namespace syncmem::detail {
@@ -30,7 +31,9 @@ void run_releases() noexcept {
       (*it)();
     } catch (const std::exception& e) {
       report_failure(e, "releasing cached memory at exit failed: {}", e.what());
-    } catch (...) {  // NOLINT(bugprone-empty-catch): at exit, nothing more to do
+    } catch (...) {
+      // at exit, nothing more to do
+      log_ignored("releasing cached memory at exit");
     }
   }
 }

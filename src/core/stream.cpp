@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "core/capture_registry.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "core/stream_observers.hpp"
 #include "syncmem/device.hpp"
@@ -44,7 +45,9 @@ void abandon_capture(device_id device, CUstream_st* handle) noexcept {
         to_string(device));
     const auto pool = detail::capture_ended(detail::stream_access::make(device, handle));
     backend.destroy_graph(device.index(), backend.end_capture(device.index(), handle));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): an invalidated capture leaves no graph to destroy
+  } catch (...) {
+    // an invalidated capture leaves no graph to destroy
+    detail::log_ignored("discarding the capture of a destroyed stream");
   }
 }
 
@@ -160,7 +163,9 @@ void stream::reset() noexcept {
     auto& backend = detail::backend_for(device_);
     try {
       backend.synchronize_stream(device_.index(), handle_);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a failure was reported to whoever waited; destroy anyway
+    } catch (...) {
+      // a failure was reported to whoever waited; destroy anyway
+      detail::log_ignored("synchronizing a stream before destroying it");
     }
     {
       auto& r = registry();
@@ -169,7 +174,9 @@ void stream::reset() noexcept {
     }
     alive_.reset();
     backend.destroy_stream(device_.index(), handle_);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing to release
+  } catch (...) {
+    // the device is gone; nothing to release
+    detail::log_ignored("destroying a stream");
   }
   handle_ = nullptr;
 }

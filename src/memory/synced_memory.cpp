@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "core/deferred_release.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "mr/default_host_resource.hpp"
 #include "syncmem/device.hpp"
@@ -464,7 +465,8 @@ void synced_memory::release_host() noexcept {
     }
     // After the work enqueued on the memory (in order on the last stream) has completed.
     detail::release_after(last_or_default_stream(), std::move(host_.keep_alive));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): default_stream only throws for a device that is gone
+  } catch (...) {  // default_stream only throws for a device that is gone
+    detail::log_ignored("releasing a synced_memory's host buffer");
   }
   const auto kind = options_.host_resource != nullptr                ? options_.host_resource->kind()
                     : options_.host_kind == host_memory_kind::pinned ? memory_kind::pinned_host
@@ -474,15 +476,14 @@ void synced_memory::release_host() noexcept {
 }
 
 void synced_memory::release_device() noexcept {
-  try {
+  detail::ignore_failure("releasing a synced_memory's device buffer", [&] {  // fails: the device is gone
     device_guard guard{device_};
     if (device_side_.ptr != nullptr && !device_side_.borrowed && device_side_.resource != nullptr) {
       device_side_.resource->deallocate(device_side_.ptr, device_side_.bytes, last_or_default_stream());
     }
     // Copies, fills and the caller's own work on borrowed memory are all ordered on the last stream.
     detail::release_after(last_or_default_stream(), std::move(device_side_.keep_alive));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
-  }
+  });
   device_side_ = {};
   device_side_.kind = memory_kind::device;
 }
@@ -500,10 +501,8 @@ void synced_memory::zero_device(std::size_t from, std::size_t to, stream_view s)
 
 void synced_memory::reset() noexcept {
   if (moved_from_) return;
-  try {
-    wait_for_copy();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a copy that failed writes nothing more
-  }
+  // A copy that failed writes nothing more.
+  detail::ignore_failure("waiting for a copy before a reset", [&] { wait_for_copy(); });
   release_device();
   release_host();
   order_event_.reset();

@@ -16,7 +16,9 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda_stream_handles.hpp"
 #include "core/event_pool.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
@@ -52,14 +54,16 @@ struct stream_key {
 
 // cudaStreamPerThread names a different stream on every thread: events queued
 // under that handle are not in one stream's order.
-bool names_one_stream(CUstream_st* handle) noexcept { return reinterpret_cast<std::uintptr_t>(handle) != 2; }
+bool names_one_stream(CUstream_st* handle) noexcept { return handle != syncmem::detail::cuda_per_thread_stream(); }
 
 device_id home_device_of(device_kind backend) { return device_id{backend, 0}; }
 
 void wait_quietly(stream_view s) noexcept {
   try {
     s.synchronize();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  } catch (...) {
+    // the device is gone
+    syncmem::detail::log_ignored("waiting for a stream");
   }
 }
 
@@ -99,6 +103,7 @@ struct caching_pinned_resource::state {
           if (r.usable()) uses.push_back(r.view());
         }
       } catch (...) {
+        syncmem::detail::log_ignored("collecting the streams that used a pinned block");
         uses.clear();
         for (const auto& r : recorded) {
           if (r.usable()) wait_quietly(r.view());
@@ -163,6 +168,7 @@ struct caching_pinned_resource::state {
     try {
       return e.ready();
     } catch (...) {
+      syncmem::detail::log_ignored("asking whether a pinned block's last use completed");
       // The device failed for good (a sticky error): nothing runs on it any
       // more, so nothing can still be using the block.
       return true;
@@ -203,10 +209,13 @@ struct caching_pinned_resource::state {
         ++b->pending_uses;
         ++pending_uses;
       } catch (...) {
+        syncmem::detail::log_ignored("recording an event after a pinned block's use");
         // No event: wait for the stream instead, so the block is safe to reuse.
         try {
           s.synchronize();
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing runs on it
+        } catch (...) {
+          // the device is gone; nothing runs on it
+          syncmem::detail::log_ignored("waiting for a stream that used a pinned block");
         }
       }
     }
@@ -313,7 +322,9 @@ struct caching_pinned_resource::state {
         }
         delete b;
       }
-    } catch (...) {  // NOLINT(bugprone-empty-catch): default_stream cannot fail for a device that existed
+    } catch (...) {
+      // default_stream cannot fail for a device that existed
+      syncmem::detail::log_ignored("freeing pinned blocks");
     }
     doomed.clear();
   }
@@ -361,7 +372,9 @@ caching_pinned_resource::~caching_pinned_resource() {
       for (auto& u : uses) {
         try {
           u.done.synchronize();
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone; nothing runs on it
+        } catch (...) {
+          // the device is gone; nothing runs on it
+          syncmem::detail::log_ignored("waiting for the uses of pinned blocks");
         }
         if (--u.b->pending_uses == 0) blocks.push_back(u.b);
         detail::event_pool::instance().release_completed(std::move(u.done));
@@ -427,7 +440,9 @@ void caching_pinned_resource::do_deallocate(void* p, std::size_t bytes, stream_v
     if (std::find(uses.begin(), uses.end(), stream) == uses.end()) {
       try {
         uses.push_back(stream);
-      } catch (...) {  // out of memory: order the reuse by waiting instead
+      } catch (...) {
+        // out of memory: order the reuse by waiting instead
+        syncmem::detail::log_ignored("remembering the stream of a pinned block's free");
         wait_quietly(stream);
       }
     }
@@ -521,7 +536,9 @@ std::size_t caching_pinned_resource::trim() noexcept {
       }
       bin.clear();
     }
-  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while collecting: free what was collected
+  } catch (...) {
+    // out of memory while collecting: free what was collected
+    syncmem::detail::log_ignored("collecting cached pinned blocks to free");
   }
   st.free_blocks(*upstream_, doomed);
   return freed;

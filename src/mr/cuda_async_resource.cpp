@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/ignored_failure.hpp"
 #include "mr/device_oom.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -37,7 +38,9 @@ cuda_async_resource::~cuda_async_resource() {
   try {
     device_guard guard{*device()};
     syncmem::detail::backend_for(*device()).destroy_pool(device()->index(), pool_);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone, and the pool with it
+  } catch (...) {
+    // the device is gone, and the pool with it
+    syncmem::detail::log_ignored("destroying a CUDA memory pool");
   }
 }
 
@@ -69,7 +72,9 @@ void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, st
     const auto usage = backend.pool_usage(d.index(), pool_);
     info.reserved = usage.reserved;
     info.in_use = usage.used;
-  } catch (...) {  // NOLINT(bugprone-empty-catch): report what is known
+  } catch (...) {
+    // report what is known
+    syncmem::detail::log_ignored("asking the pool's usage for an out-of-memory report");
   }
   SYNCMEM_OUT_OF_MEMORY(std::move(info));
 }
@@ -78,7 +83,9 @@ void cuda_async_resource::do_deallocate(void* p, std::size_t, stream_view stream
   try {
     device_guard guard{*device()};
     syncmem::detail::backend_for(*device()).pool_deallocate(device()->index(), pool_, p, stream.native_handle());
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  } catch (...) {
+    // the device is gone
+    syncmem::detail::log_ignored("freeing to a CUDA memory pool");
   }
 }
 

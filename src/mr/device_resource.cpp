@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/ignored_failure.hpp"
 #include "mr/device_oom.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -23,7 +24,9 @@ oom_info detail::device_oom_info(device_id device, std::size_t bytes, std::strin
     const auto memory = syncmem::detail::backend_for(device).memory(device.index());
     info.device_free = memory.free;
     info.device_total = memory.total;
-  } catch (...) {  // NOLINT(bugprone-empty-catch): report what is known
+  } catch (...) {
+    // report what is known
+    syncmem::detail::log_ignored("asking the device's memory for an out-of-memory report");
   }
   return info;
 }
@@ -58,7 +61,9 @@ void device_resource::do_deallocate(void* p, std::size_t bytes, stream_view, std
   try {
     device_guard guard{*device()};
     syncmem::detail::backend_for(*device()).deallocate(device()->index(), p, bytes);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  } catch (...) {
+    // the device is gone
+    syncmem::detail::log_ignored("freeing device memory");
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/allocation_label.hpp"
@@ -115,7 +116,9 @@ logging_adaptor::logging_adaptor(memory_resource& upstream, const std::string& p
 logging_adaptor::~logging_adaptor() {
   try {
     flush();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor does not throw
+  } catch (...) {
+    syncmem::detail::log_ignored("flushing the allocation trace in logging_adaptor's destructor",
+                                 spdlog::level::warn);  // a destructor does not throw
   }
 }
 
@@ -142,7 +145,9 @@ void logging_adaptor::write(trace_action action, const void* p, std::size_t byte
     e.time_ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
     *out_ << format_event(e) << '\n';
-  } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the call it traces
+  } catch (...) {
+    // tracing never fails the call it traces
+    syncmem::detail::log_ignored("writing an allocation trace event");
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/stream.hpp"
@@ -44,7 +45,9 @@ void memory_resource::deallocate_after(void* p, std::size_t bytes, stream_view s
                            to_string(stream.device()), to_string(*device_), to_string(*device_));
     stream.synchronize();
     do_deallocate(p, bytes, default_stream(*device_), alignment);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): deallocate must not throw
+  } catch (...) {
+    syncmem::detail::log_ignored("deallocating with a stream of another device",
+                                 spdlog::level::warn);  // deallocate must not throw
   }
 }
 

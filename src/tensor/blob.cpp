@@ -10,6 +10,7 @@
 
 #include "backend/host_math.hpp"
 #include "backend/kernels.hpp"
+#include "core/ignored_failure.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -135,7 +136,9 @@ void blob::reshape(const syncmem::shape& s) {
       } else {
         data_ = tensor{data_.dtype()};
       }
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one to report
+    } catch (...) {
+      // the first failure is the one to report
+      detail::log_ignored("restoring a blob's data after a failed reshape");
     }
     throw;
   }

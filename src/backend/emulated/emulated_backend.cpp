@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <condition_variable>
 #include <cstdint>
@@ -27,6 +28,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/emulated/worker_stream.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/emulated.hpp"
 #include "syncmem/error.hpp"
@@ -249,11 +251,9 @@ class backend_impl final : public backend {
 
   void deallocate(int index, void* p, std::size_t) noexcept override {
     if (p == nullptr) return;
-    // Like cudaFree, wait for the device first: work in flight may use it.
-    try {
-      synchronize_device(index);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): an earlier failure is reported by its own synchronize
-    }
+    // Like cudaFree, wait for the device first: work in flight may use it. An
+    // earlier failure is reported by its own synchronize.
+    detail::ignore_failure("synchronizing an emulated device before a free", [&] { synchronize_device(index); });
     auto removed = remove_allocation(p);
     if (!removed) {
       logger().error("emulated deallocate of {} which emulated:{} did not allocate", p, index);
@@ -328,10 +328,8 @@ class backend_impl final : public backend {
       const std::size_t size = it->second;
       pool->live.erase(it);
       pool->usage.used -= size;
-      try {
-        w = &to_stream(s, index);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): no usable stream, so the block is free at once
-      }
+      // Without a usable stream the block is free at once.
+      detail::ignore_failure("finding the stream of a stream-ordered free", [&] { w = &to_stream(s, index); });
       ticket = ++pool->next_ticket;
       pool->pending.emplace(p, memory_pool::pending_free{size, w, ticket});
       if (w != nullptr) pool->pending_by_stream.emplace(std::pair<const void*, std::size_t>{w, size}, p);
@@ -358,7 +356,9 @@ class backend_impl final : public backend {
         w->invalidate_capture("a stream-ordered free, which emulated devices cannot record yet");
         w->enqueue_uncaptured(give_back);
         return;
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the stream cannot take it, so the block is free at once
+      } catch (...) {
+        // the stream cannot take it, so the block is free at once
+        detail::log_ignored("handing a stream-ordered free to its stream");
       }
     }
     give_back();
@@ -449,10 +449,8 @@ class backend_impl final : public backend {
     if (!owned) return;
     // Run what is queued before returning, as before, even when a device-wide
     // synchronize still holds the stream (it then destroys it).
-    try {
-      owned->synchronize();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a failure nobody asked about, as when a CUDA stream is destroyed
-    }
+    // A failure is one nobody asked about, as when a CUDA stream is destroyed.
+    detail::ignore_failure("synchronizing an emulated stream before destroying it", [&] { owned->synchronize(); });
   }
 
   CUstream_st* default_stream(int index) override {
@@ -663,7 +661,8 @@ class backend_impl final : public backend {
         bytes > 0 && bytes % vmm_page == 0,
         fmt::format("vmm_reserve: {} bytes is not a positive multiple of the granularity {}", bytes, vmm_page));
     void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    SYNCMEM_EXPECTS(p != MAP_FAILED, fmt::format("vmm_reserve: cannot reserve {} bytes of address space", bytes));
+    if (p == MAP_FAILED)
+      SYNCMEM_SYSTEM_FAIL(errno, fmt::format("vmm_reserve: cannot reserve {} bytes of address space", bytes));
     add_allocation(p, {bytes, memory_kind::device, index});
     return p;
   }
@@ -682,9 +681,12 @@ class backend_impl final : public backend {
     if (!reserve_capacity(d, bytes)) return 0;
     const int fd = ::memfd_create("syncmem-emulated", MFD_CLOEXEC);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const int error = errno;
       if (fd >= 0) ::close(fd);
       d.used.fetch_sub(bytes);
-      return 0;
+      // Lack of memory is an out-of-memory the caller reports; anything else (no file descriptors left) is not.
+      if (error == ENOMEM || error == ENOSPC) return 0;
+      SYNCMEM_SYSTEM_FAIL(error, fmt::format("vmm_create: cannot make a file of {} bytes to back the memory", bytes));
     }
     std::lock_guard lock{physical_mutex_};
     const physical_handle handle = next_handle_++;
@@ -712,7 +714,7 @@ class backend_impl final : public backend {
     }
     SYNCMEM_EXPECTS(bytes == block->size, "vmm_map: the size must be that of the physical allocation");
     void* q = ::mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, block->fd, 0);
-    SYNCMEM_EXPECTS(q == p, fmt::format("vmm_map: mmap at {} failed", p));
+    if (q != p) SYNCMEM_SYSTEM_FAIL(errno, fmt::format("vmm_map: mmap at {} failed", p));
     if (block->fresh) {
       if (poison_.load()) std::memset(p, poison_byte, bytes);
       block->fresh = false;
@@ -720,10 +722,8 @@ class backend_impl final : public backend {
   }
 
   void vmm_unmap(int index, void* p, std::size_t bytes) noexcept override {
-    try {
-      synchronize_device(index);  // work in flight may still use the pages
-    } catch (...) {               // NOLINT(bugprone-empty-catch)
-    }
+    // Work in flight may still use the pages.
+    detail::ignore_failure("synchronizing an emulated device before an unmap", [&] { synchronize_device(index); });
     ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   }
 
@@ -876,10 +876,7 @@ class backend_impl final : public backend {
 
   void synchronize_all_noexcept() noexcept {
     for (int i = 0; i < count_.load(); ++i) {
-      try {
-        synchronize_device(i);
-      } catch (...) {  // NOLINT(bugprone-empty-catch)
-      }
+      detail::ignore_failure("synchronizing an emulated device", [&] { synchronize_device(i); });
     }
   }
 

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "comm_backend.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_buffer.hpp"
@@ -288,10 +289,9 @@ communicator::communicator(std::unique_ptr<state> s) noexcept : state_{std::move
 
 communicator::~communicator() {
   if (!state_) return;
-  try {
-    synchronize_device(state_->device);  // nothing of the communicator's may still run
-  } catch (...) {                        // NOLINT(bugprone-empty-catch): the device is gone
-  }
+  // Nothing of the communicator's may still run; a failure means the device is gone.
+  syncmem::detail::ignore_failure("synchronizing the device before destroying a communicator",
+                                  [&] { synchronize_device(state_->device); });
   for (auto& [resource, registrar] : state_->registered) {
     if (!registrar->resource_gone()) resource->remove_segment_observer(registrar.get());
     registrar->release_all();

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cuda_stream_handles.hpp"
 #include "bindings.hpp"
 #if SYNCMEM_PYTHON_HAS_CUDA
 #include "cuda/stream_device.hpp"
@@ -171,7 +172,8 @@ stream_view to_stream(nb::handle h, device_id device) {
   const auto value = nb::cast<std::intptr_t>(number);
   if (value == 0 || value == 1) return default_stream(device);  // the legacy default stream
 #if SYNCMEM_PYTHON_HAS_CUDA
-  if (value != 2) {  // 2, the per-thread default stream, belongs to whichever device is current
+  // The per-thread default stream belongs to whichever device is current.
+  if (reinterpret_cast<CUstream_st*>(value) != detail::cuda_per_thread_stream()) {
     const auto owner = cuda_stream_device(value);
     if (owner && *owner != device.index())
       throw logic_error{"syncmem: the CUDA stream given belongs to " + to_string(device_id::cuda(*owner)) +

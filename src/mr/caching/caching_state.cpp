@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "core/stream_observers.hpp"
 #include "mr/caching/caching_snapshot.hpp"
@@ -96,6 +97,7 @@ caching_state::~caching_state() {
     device_guard guard{device_};
     syncmem::detail::backend_for(device_).synchronize_device(device_.index());  // nothing may still use the memory
   } catch (...) {
+    syncmem::detail::log_ignored("synchronizing the device before releasing the cache");
     device_alive = false;  // the runtime is shutting down: release what can be, quietly
   }
   segments_.release_all(device_alive);
@@ -137,7 +139,9 @@ void caching_state::deallocate(void* p, std::size_t bytes, stream_view s) noexce
   thread_cache* tc = nullptr;
   try {
     tc = caches_.of_this_thread(*this);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): no cache; the slow path frees it
+  } catch (...) {
+    // no cache; the slow path frees it
+    syncmem::detail::log_ignored("finding this thread's cache for a free");
   }
   if (tc != nullptr && tc->give_back(p, bytes, s.native_handle())) return;
   try {
@@ -149,7 +153,8 @@ void caching_state::deallocate(void* p, std::size_t bytes, stream_view s) noexce
       syncmem::detail::report_failure(e, "{}: deallocate of {} failed: {}", name_, p, e.what());
     } catch (...) {  // NOLINT(bugprone-empty-catch): deallocate does not throw
     }
-  } catch (...) {  // NOLINT(bugprone-empty-catch)
+  } catch (...) {
+    syncmem::detail::log_ignored("deallocating");
   }
 }
 
@@ -300,7 +305,9 @@ void caching_state::throw_out_of_memory(std::size_t bytes, std::size_t key) {
     const auto memory = syncmem::detail::backend_for(device_).memory(device_.index());
     info.device_free = memory.free;
     info.device_total = memory.total;
-  } catch (...) {  // NOLINT(bugprone-empty-catch): report what is known
+  } catch (...) {
+    // report what is known
+    syncmem::detail::log_ignored("asking the device's memory for an out-of-memory report");
   }
   const auto t = totals_.current(caches_);
   info.reserved = reserved_.bytes();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <new>
 
+#include "core/ignored_failure.hpp"
 #include "syncmem/device_guard.hpp"
 
 namespace syncmem::mr::detail::caching {
@@ -101,7 +102,9 @@ std::size_t device_segments::drop(segment& seg) {
   observers_.releasing(seg.base, seg.size);
   try {
     give(reinterpret_cast<void*>(seg.base), seg.size, default_stream(device_));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+  } catch (...) {
+    // the device is gone
+    syncmem::detail::log_ignored("giving a segment back to the device");
   }
   const std::size_t size = seg.size;
   reserved_.remove(size);
@@ -117,7 +120,9 @@ void device_segments::release_all(bool device_alive) noexcept {
     if (upstream_ == nullptr && !device_alive) continue;
     try {
       give(reinterpret_cast<void*>(seg.base), seg.size, default_stream(device_));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+    } catch (...) {
+      // the device is gone
+      syncmem::detail::log_ignored("giving the segments back to the device");
     }
   }
   segments_.clear();

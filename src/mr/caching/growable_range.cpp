@@ -4,6 +4,7 @@
 #include <exception>
 #include <utility>
 
+#include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/device_guard.hpp"
 
@@ -679,7 +680,7 @@ void growable_range::add_unmapped(block* m) {
 // it: its memory is not free before that.
 void growable_range::release_spares() noexcept {
   if (spare_pages_.empty() && spare_large_.empty()) return;
-  try {
+  syncmem::detail::ignore_failure("releasing the spare pages of a growable range", [&] {  // fails: the device is gone
     device_guard guard{device_};
     auto let_go = [this](handle h, std::size_t bytes) {
       if (!moving_.empty() && still_mapped_elsewhere(h)) {
@@ -691,15 +692,14 @@ void growable_range::release_spares() noexcept {
     };
     for (auto h : spare_pages_) let_go(h, page_size_);
     for (auto h : spare_large_) let_go(h, large_pages_ * page_size_);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
-  }
+  });
   spare_pages_.clear();
   spare_large_.clear();
 }
 
 void growable_range::release_all() noexcept {
   if (range_ == nullptr) return;
-  try {
+  syncmem::detail::ignore_failure("releasing a growable range", [&] {  // fails: the device is gone
     (void)settle(/*device_idle=*/true);
     device_guard guard{device_};
     backend_.make_current(index_);
@@ -714,8 +714,7 @@ void growable_range::release_all() noexcept {
     for (auto h : spare_pages_) backend_.vmm_release(index_, h, page_size_);
     for (auto h : spare_large_) backend_.vmm_release(index_, h, large_pages_ * page_size_);
     backend_.vmm_free_address(index_, reinterpret_cast<void*>(range_->base), range_->size);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
-  }
+  });
 }
 
 }  // namespace syncmem::mr::detail::caching

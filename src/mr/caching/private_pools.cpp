@@ -8,6 +8,7 @@
 
 #include "backend/backend.hpp"
 #include "core/capture_registry.hpp"
+#include "core/ignored_failure.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 
@@ -59,7 +60,9 @@ private_pool::~private_pool() {
       }
       usage_->reserved.fetch_sub(b.size);
     }
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone, and its memory with it
+  } catch (...) {
+    // the device is gone, and its memory with it
+    syncmem::detail::log_ignored("freeing a private pool's memory");
   }
 }
 
@@ -172,7 +175,9 @@ bool private_pools::deallocate(void* p, std::size_t bytes, stream_view s) noexce
       capture->pool->hold(std::make_shared<held_block>(weak_from_this(), p, bytes));
       return true;
     }
-  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to hold it: the cache takes it as usual
+  } catch (...) {
+    // no memory to hold it: the cache takes it as usual
+    syncmem::detail::log_ignored("holding a freed block for a capture");
   }
   return false;
 }
@@ -197,7 +202,9 @@ void private_pools::give_back(void* p, std::size_t bytes) noexcept {
   if (!release) return;
   try {
     release(p, bytes);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): frees do not throw; nothing more to do
+  } catch (...) {
+    // frees do not throw; nothing more to do
+    syncmem::detail::log_ignored("releasing a block held by a graph");
   }
 }
 

@@ -1,4 +1,5 @@
 #include "mr/caching/stream_pools.hpp"
+#include "core/ignored_failure.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -55,7 +56,9 @@ void stream_pools::split(block* b, std::size_t key, stream_pool& pool, pool_kind
   block* r = nullptr;
   try {
     r = blocks_.make();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): no record for the rest: hand out the whole block
+  } catch (...) {
+    // no record for the rest: hand out the whole block
+    syncmem::detail::log_ignored("making a block record for the rest of a split");
     return;
   }
   r->ptr = b->ptr + key;
@@ -116,7 +119,9 @@ bool stream_pools::merge_into_idle(stream_pool& retired) noexcept {
       // In turn: a block merges only with neighbours already moved.
       for (block* b : blocks) free_block(b, idle_);
     }
-  } catch (...) {  // out of host memory: the blocks stay with the retired pool for now
+  } catch (...) {
+    // out of host memory: the blocks stay with the retired pool for now
+    syncmem::detail::log_ignored("moving a retired stream's blocks to the idle pool");
     return false;
   }
   return true;

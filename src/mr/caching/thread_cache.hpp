@@ -21,6 +21,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/ignored_failure.hpp"
 #include "mr/caching/block.hpp"
 #include "mr/caching/spinlock.hpp"
 
@@ -287,7 +288,9 @@ struct thread_cache {
   void remember(block* b, std::uint32_t generation) noexcept {
     try {
       handed_out.insert(b->ptr, b, generation);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): see above
+    } catch (...) {
+      // see above
+      syncmem::detail::log_ignored("remembering a block this thread handed out");
     }
   }
 
@@ -331,7 +334,9 @@ struct thread_cache {
       std::lock_guard guard{lock};
       (void)bins.find_or_add(s, key);
       return true;
-    } catch (...) {  // no bin, no caching of this size
+    } catch (...) {
+      // no bin, no caching of this size
+      syncmem::detail::log_ignored("adding a bin to a thread's cache");
       return false;
     }
   }

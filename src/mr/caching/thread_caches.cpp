@@ -1,5 +1,6 @@
 #include "mr/caching/thread_caches.hpp"
 
+#include "core/ignored_failure.hpp"
 #include "mr/caching/caching_state.hpp"
 
 namespace syncmem::mr::detail::caching {
@@ -38,7 +39,9 @@ void exit_cache(thread_cache& c) noexcept {
     c.dead = true;
     drain_locked(c, blocks);
     state = c.owner.lock();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): out of host memory at thread exit; the blocks stay lost
+  } catch (...) {
+    // out of host memory at thread exit; the blocks stay lost
+    syncmem::detail::log_ignored("retiring a thread's cache at thread exit");
     return;
   }
   if (state) state->retire_cache(c, blocks);

@@ -29,9 +29,13 @@ const char* nccl_error_name(ncclResult_t result) noexcept {
 }
 
 void throw_nccl_error(ncclResult_t result, const char* call, const char* file, int line) {
-  throw cuda_error{static_cast<int>(result),          nccl_error_name(result),
-                   ncclGetErrorString(result),        call,
-                   syncmem::detail::short_path(file), line};
+  throw cuda_error{static_cast<int>(result),
+                   nccl_error_name(result),
+                   ncclGetErrorString(result),
+                   call,
+                   syncmem::detail::short_path(file),
+                   line,
+                   "nccl"};
 }
 
 void report_nccl_failure(ncclResult_t result, const char* call, const char* file, int line) noexcept {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "comm_backend.hpp"
+#include "core/ignored_failure.hpp"
 #include "nccl_check.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -71,7 +72,9 @@ class nccl_comm final : public comm_backend {
     try {
       device_guard guard{device_};
       SYNCMEM_NCCL_CHECK_NOEXCEPT(ncclCommDestroy(comm_));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone, and the communicator with it
+    } catch (...) {
+      // the device is gone, and the communicator with it
+      syncmem::detail::log_ignored("destroying an NCCL communicator");
     }
   }
   nccl_comm(const nccl_comm&) = delete;
@@ -132,7 +135,9 @@ class nccl_comm final : public comm_backend {
       // Freed blocks of the segment may still be read by work enqueued before their frees.
       SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaDeviceSynchronize());
       SYNCMEM_NCCL_CHECK_NOEXCEPT(ncclCommDeregister(comm_, handle));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone
+    } catch (...) {
+      // the device is gone
+      syncmem::detail::log_ignored("deregistering a buffer from an NCCL communicator");
     }
   }
 

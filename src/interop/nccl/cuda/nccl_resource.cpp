@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ignored_failure.hpp"
 #include "nccl_check.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
@@ -42,7 +43,9 @@ void* nccl_resource::do_allocate(std::size_t bytes, stream_view, std::size_t) {
     const auto m = get_memory_info(*device());
     info.device_free = m.free;
     info.device_total = m.total;
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the figures are optional
+  } catch (...) {
+    // the figures are optional
+    syncmem::detail::log_ignored("asking the device's free memory for an out-of-memory report");
   }
   info.hint = fmt::format("ncclMemAlloc: {} ({})", detail::nccl_error_name(r), ncclGetErrorString(r));
   SYNCMEM_OUT_OF_MEMORY(std::move(info));
@@ -53,7 +56,9 @@ void nccl_resource::do_deallocate(void* p, std::size_t, stream_view stream, std:
     device_guard guard{*device()};
     stream.synchronize();  // ncclMemFree is not stream-ordered
     SYNCMEM_NCCL_CHECK_NOEXCEPT(ncclMemFree(p));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the device is gone, and the memory with it
+  } catch (...) {
+    // the device is gone, and the memory with it
+    syncmem::detail::log_ignored("freeing NCCL memory");
   }
 }
 
