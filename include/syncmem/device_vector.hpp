@@ -48,8 +48,12 @@ void check_vector_stream(const device_buffer& b, const char* function, stream_vi
 /// front, naming the vector and the call. A call that throws leaves the vector
 /// as it was.
 /// Thread safety: like a standard container.
+// clang-format 14 cannot put a requires-clause on a line of its own.
+// clang-format off
 template <class T>
-requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vector {
+  requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
+class device_vector {
+  // clang-format on
  public:
   using value_type = T;
   using size_type = std::size_t;
@@ -64,10 +68,11 @@ requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>)class device_vec
   /// @brief `n` elements set to `value` on the device (elementwise.hpp's fill), in order on `s`.
   /// @throws as device_vector(n, s, resource), and syncmem::logic_error when the
   /// resource's memory is not device memory of s.device() (nothing is kept then)
-  device_vector(std::size_t n, const T& value, stream_view s,
-                mr::memory_resource* resource = nullptr) requires(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 ||
-                                                                  sizeof(T) == 8)
+  // clang-format off
+  device_vector(std::size_t n, const T& value, stream_view s, mr::memory_resource* resource = nullptr)
+    requires(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8)
       : device_vector{n, s, resource} {
+    // clang-format on
     fill(span(), value, s);
   }
   /// @brief The elements of `host` (any host memory), copied in order on `s`;

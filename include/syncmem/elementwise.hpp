@@ -42,13 +42,14 @@ template <class T>
 }
 }  // namespace detail
 
+// clang-format 14 cannot put a requires-clause on a line of its own.
+// clang-format off
 /// @brief Sets every element of `x` to `value`, in order on `s`.
 /// @param x device memory of s.device()
 /// @throws syncmem::logic_error when `x` is not device memory of s.device()
 template <class T>
-requires std::is_trivially_copyable_v<T> &&
-    (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 ||
-     sizeof(T) == 8) void fill(std::span<T> x, std::type_identity_t<T> value, stream_view s) {
+  requires std::is_trivially_copyable_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8)
+void fill(std::span<T> x, std::type_identity_t<T> value, stream_view s) {
   detail::elementwise_fill(s, x.data(), x.size(), sizeof(T), detail::fill_bits(value));
 }
 
@@ -56,8 +57,8 @@ requires std::is_trivially_copyable_v<T> &&
 /// @tparam T std::int32_t, std::int64_t, float or double
 /// @throws syncmem::logic_error when `x` is not device memory of s.device()
 template <class T>
-requires std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, float> ||
-    std::is_same_v<T, double>
+  requires std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, float> ||
+           std::is_same_v<T, double>
 void iota(std::span<T> x, std::int64_t start, stream_view s) {
   detail::elementwise_iota(s, dtype_of<T>(), x.data(), x.size(), start);
 }
@@ -67,13 +68,13 @@ void iota(std::span<T> x, std::int64_t start, stream_view s) {
 /// @throws syncmem::logic_error when the spans differ in size, or are not
 /// device memory of s.device()
 template <class T>
-requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
 void axpy(std::type_identity_t<T> alpha, std::span<const T> x, std::span<T> y, stream_view s) {
   detail::elementwise_axpy(s, dtype_of<T>(), static_cast<double>(alpha), x.data(), x.size(), y.data(), y.size());
 }
 /// @brief axpy with a span of mutable x.
 template <class T>
-requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
 void axpy(std::type_identity_t<T> alpha, std::span<T> x, std::span<T> y, stream_view s) {
   axpy<T>(alpha, std::span<const T>{x}, y, s);
 }
@@ -85,14 +86,14 @@ void axpy(std::type_identity_t<T> alpha, std::span<T> x, std::span<T> y, stream_
 /// @throws syncmem::logic_error when `x` is not device memory of s.device();
 /// syncmem::out_of_memory when 8 bytes of scratch cannot be had
 template <class T>
-requires std::is_trivially_copyable_v<T>
+  requires std::is_trivially_copyable_v<T>
 [[nodiscard]] std::uint64_t checksum(std::span<const T> x, stream_view s) {
   return detail::elementwise_checksum(s, x.data(), x.size_bytes());
 }
 /// @brief checksum() of a span of mutable elements.
 template <class T>
-requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>) [[nodiscard]] std::uint64_t
-    checksum(std::span<T> x, stream_view s) {
+  requires std::is_trivially_copyable_v<T> && (!std::is_const_v<T>)
+[[nodiscard]] std::uint64_t checksum(std::span<T> x, stream_view s) {
   return checksum(std::span<const T>{x}, s);
 }
 
@@ -102,9 +103,11 @@ requires std::is_trivially_copyable_v<T> &&(!std::is_const_v<T>) [[nodiscard]] s
 [[nodiscard]] std::uint64_t host_checksum(const void* p, std::size_t bytes) noexcept;
 /// @brief host_checksum() of the bytes of `x`.
 template <class T>
-requires std::is_trivially_copyable_v<T>
+  requires std::is_trivially_copyable_v<T>
 [[nodiscard]] std::uint64_t host_checksum(std::span<T> x) noexcept {
   return host_checksum(static_cast<const void*>(x.data()), x.size_bytes());
 }
+
+// clang-format on
 
 }  // namespace syncmem
