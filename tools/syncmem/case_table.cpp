@@ -91,7 +91,7 @@ case_table long_form(const bench_case& c, const std::vector<std::string>& ours,
   t.header = {parameter_header(c), "method", c.bandwidth ? "bandwidth" : "time"};
   t.header_ours = {false, false, false};
   for (const auto& o : ours) {
-    t.header.push_back(fmt::format("{} vs it", o));
+    t.header.push_back(o);  // the title says what these columns hold
     t.header_ours.push_back(false);
   }
   for (const auto& p : c.parameters) {
@@ -142,7 +142,14 @@ case_table lay_out(const bench_case& c, const std::vector<std::string>& ours, co
   if (c.sparse()) return by_run(c, ours, others);
   case_table t = grid(c, ours, others);
   if (table_width(t) <= max_width) return t;
-  return long_form(c, ours, others);
+  t = long_form(c, ours, others);
+  t.long_form = true;
+  return t;
+}
+
+std::string long_form_note(const case_table& t) {
+  return t.long_form && t.header.size() > 3 ? "; after the figure, how many times faster each of ours is than the row"
+                                            : "";
 }
 
 }  // namespace
@@ -171,6 +178,7 @@ case_table tabulate(const bench_case& c, std::size_t max_width) {
   const auto ours = c.our_methods();
   t.title = c.bandwidth ? "bandwidth, higher is better" : "time per operation, lower is better";
   if (!ours.empty()) t.title += fmt::format("; ours: {}", fmt::join(ours, ", "));
+  t.title += long_form_note(t);
   return t;
 }
 
@@ -233,7 +241,8 @@ std::vector<case_table> tabulate_modes(const bench_case& c, std::size_t max_widt
     }
     const std::vector<std::string> ours{base};
     case_table t = lay_out(c, ours, modes, max_width);
-    t.title = fmt::format("syncmem's modes: {} (the default) beside {} with other options", base, base);
+    t.title =
+        fmt::format("syncmem's modes: {} (the default) beside {} with other options{}", base, base, long_form_note(t));
     tables.push_back(std::move(t));
   }
   return tables;

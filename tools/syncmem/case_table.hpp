@@ -41,6 +41,7 @@ struct case_table {
   std::vector<std::string> header;
   std::vector<bool> header_ours;  // columns holding our figures
   std::size_t name_columns = 1;   // leading columns of names (left-aligned)
+  bool long_form = false;         // a row per parameter and method (the grid was too wide)
   std::vector<std::vector<table_cell>> rows;
 };
 
