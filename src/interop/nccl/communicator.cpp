@@ -110,8 +110,6 @@ const comm_factory& comm_factory_for(device_kind kind) noexcept {
 
 unique_id make_unique_id(device_kind kind) { return detail::comm_factory_for(kind).make_id(); }
 
-namespace detail {
-
 // ==== registration of a caching_resource's segments ==================================
 
 namespace {
