@@ -61,4 +61,12 @@ std::optional<pointer_owner> find_pointer_owner(const void* p) {
   return std::nullopt;
 }
 
+bool known_locally(const void* p) {
+  for (const device_kind kind : device_kinds) {
+    backend& b = backend_for(kind);
+    if (b.traits().pointer_info_is_local && b.pointer_info(p)) return true;
+  }
+  return false;
+}
+
 }  // namespace syncmem::detail

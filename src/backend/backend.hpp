@@ -8,6 +8,7 @@
 // Callers hold a device_guard for the device when they call; the CUDA backend
 // relies on the current device being right, the emulated one takes the index.
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <optional>
@@ -69,6 +70,8 @@ struct backend_traits {
   bool device_memory_is_host_memory = false;
   // deallocate waits for work on the device to finish (as cudaFree does).
   bool deallocate_waits_for_device = false;
+  // copy_kernel_batch may copy with a kernel (it says false otherwise).
+  bool has_copy_kernel = false;
 };
 
 class backend {
@@ -235,16 +238,30 @@ struct pointer_owner {
 };
 [[nodiscard]] std::optional<pointer_owner> find_pointer_owner(const void* p);
 
-// A backend's begin_pointer_queries and end_pointer_queries around a scope.
+// Whether a backend with local records (pointer_info_is_local) knows `p`: a
+// cheap test, with no driver call.
+[[nodiscard]] bool known_locally(const void* p);
+
+// Every backend's begin_pointer_queries and end_pointer_queries around a
+// scope, as find_pointer_owner may ask any of them.
 class pointer_queries {
  public:
-  explicit pointer_queries(backend& b) : backend_{b} { backend_.begin_pointer_queries(); }
-  ~pointer_queries() { backend_.end_pointer_queries(); }
+  pointer_queries() {
+    for (const device_kind kind : device_kinds) begin(backend_for(kind));
+  }
+  ~pointer_queries() {
+    for (std::size_t i = count_; i > 0; --i) begun_[i - 1]->end_pointer_queries();
+  }
   pointer_queries(const pointer_queries&) = delete;
   pointer_queries& operator=(const pointer_queries&) = delete;
 
  private:
-  backend& backend_;
+  void begin(backend& b) {
+    b.begin_pointer_queries();
+    begun_[count_++] = &b;
+  }
+  std::array<backend*, device_kind_count> begun_{};
+  std::size_t count_ = 0;
 };
 
 // The CUDA runtime's names for an error code, "" without CUDA.

@@ -838,7 +838,7 @@ transfer detail::copy_async_with(void* dst, const void* src, std::size_t bytes, 
   const device_kind backend = stream.device().kind();
   side to, from;
   {
-    const detail::pointer_queries queries{detail::cuda_backend()};  // one capture-mode exchange for both
+    const detail::pointer_queries queries;  // one capture-mode exchange for both
     to = classify(dst, backend);
     from = classify(src, backend);
   }

@@ -164,7 +164,8 @@ class backend_impl final : public backend {
                                       .events_reusable_before_completion = true,
                                       .copies_managed_memory = true,
                                       .pageable_copies_may_read_early = true,
-                                      .deallocate_waits_for_device = true};
+                                      .deallocate_waits_for_device = true,
+                                      .has_copy_kernel = true};
     return t;
   }
 
