@@ -3,8 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <optional>
 #include <stdexcept>
 #include <thread>
+#include <unordered_set>
+#include <vector>
 
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -24,6 +28,33 @@ TEST(DeviceId, ValueSemanticsAndNames) {
   EXPECT_LT(device_id::cuda(3), device_id::emulated(0));
   EXPECT_LT(device_id::emulated(0), device_id::emulated(1));
   EXPECT_NE(std::hash<device_id>{}(device_id::cuda(0)), std::hash<device_id>{}(device_id::emulated(0)));
+}
+
+TEST(DeviceId, HashIsDistinctForEveryKindAndIndex) {
+  // Both kinds and a hypothetical third: the hash must not assume two.
+  const auto third = static_cast<device_kind>(device_kind_count);
+  std::unordered_set<std::size_t> seen;
+  std::size_t pairs = 0;
+  for (const device_kind kind : {device_kind::cuda, device_kind::emulated, third}) {
+    for (int index = -8; index < 1024; ++index) {
+      seen.insert(std::hash<device_id>{}(device_id{kind, index}));
+      ++pairs;
+    }
+  }
+  EXPECT_EQ(seen.size(), pairs);
+}
+
+TEST(DeviceKind, NamesParseBackAndKindsAreNumberedFromZero) {
+  static_assert(device_kinds.size() == device_kind_count);
+  for (std::size_t i = 0; i < device_kind_count; ++i) {
+    EXPECT_EQ(static_cast<std::size_t>(device_kinds[i]), i);
+    EXPECT_EQ(parse_device_kind(to_string(device_kinds[i])), device_kinds[i]);
+  }
+  EXPECT_EQ(to_string(device_kind::cuda), "cuda");
+  EXPECT_EQ(to_string(device_kind::emulated), "emulated");
+  EXPECT_EQ(parse_device_kind("cpu"), std::nullopt);
+  EXPECT_EQ(parse_device_kind("CUDA"), std::nullopt);
+  EXPECT_EQ(parse_device_kind(""), std::nullopt);
 }
 
 TEST(Devices, CountsAndEnumeration) {
@@ -97,6 +128,41 @@ TEST(DeviceGuard, SwitchesRestoresAndNests) {
       EXPECT_EQ(current_device(), device_id::emulated(1));
     }
     EXPECT_EQ(current_device(), start);
+  }}.join();
+}
+
+TEST(DeviceGuard, RestoresTheCurrentDeviceOfEveryKind) {
+  // A few devices of each kind present: every pair, across kinds too.
+  std::vector<device_id> some;
+  for (const device_id d : devices()) {
+    if (d.index() < 3) some.push_back(d);
+  }
+  for (const device_id from : some) {
+    for (const device_id to : some) {
+      std::thread{[&] {
+        set_current_device(from);
+        {
+          device_guard guard{to};
+          EXPECT_EQ(current_device(), to);
+          EXPECT_EQ(guard.original(), from);
+          EXPECT_EQ(guard.switched(), from != to);
+        }
+        EXPECT_EQ(current_device(), from) << "guard for " << to_string(to);
+      }}.join();
+    }
+  }
+}
+
+TEST(DeviceGuard, RestoresTheDefaultWhenNothingWasSelected) {
+  std::thread{[] {
+    const device_id start = current_device();  // a fresh thread's default, selected by nobody
+    for (const device_id d : devices()) {
+      {
+        device_guard guard{d};
+        EXPECT_EQ(current_device(), d);
+      }
+      EXPECT_EQ(current_device(), start) << "guard for " << to_string(d);
+    }
   }}.join();
 }
 

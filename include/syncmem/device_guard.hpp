@@ -3,6 +3,8 @@
 /// @file device_guard.hpp
 /// @brief RAII switch of the current device for a scope.
 
+#include <optional>
+
 #include "syncmem/device_id.hpp"
 
 namespace syncmem {
@@ -38,8 +40,11 @@ class device_guard {
  private:
   device_id original_;
   device_id target_;
-  int original_cuda_index_;  // CUDA's current device before, -1 when not read
-  bool original_emulated_selected_;
+  // The current index of the target's backend before, where that backend keeps
+  // one and the guard changed it (only the target's kind is switched); -1 when not.
+  int original_target_kind_index_;
+  // The kind syncmem had selected on this thread before, see set_current_device.
+  std::optional<device_kind> original_selected_kind_;
   bool switched_;
   // The guard this one sits inside on this thread, if any: a guard for the
   // device an enclosing guard made current has nothing to read or switch.

@@ -3,8 +3,11 @@
 /// @file device_id.hpp
 /// @brief Strong type naming one device: its kind (CUDA or emulated) and index.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -16,8 +19,17 @@ enum class device_kind : std::uint8_t {
   emulated = 1,  ///< an opt-in device made of host memory and worker threads
 };
 
+/// @brief How many device kinds there are; their values are 0..device_kind_count-1.
+inline constexpr std::size_t device_kind_count = 2;
+
+/// @brief Every device kind, in the order of their values.
+inline constexpr std::array<device_kind, device_kind_count> device_kinds{device_kind::cuda, device_kind::emulated};
+
 /// @brief "cuda" or "emulated".
 [[nodiscard]] std::string to_string(device_kind kind);
+
+/// @brief The kind `to_string` spells as `name`; nullopt for any other text.
+[[nodiscard]] std::optional<device_kind> parse_device_kind(std::string_view name) noexcept;
 
 /// @brief One device: a kind and an index counted among devices of that kind.
 ///
@@ -55,6 +67,8 @@ class device_id {
 template <>
 struct std::hash<syncmem::device_id> {
   std::size_t operator()(syncmem::device_id id) const noexcept {
-    return std::hash<int>{}(id.index() * 2 + static_cast<int>(id.kind()));
+    // The index's 32 bits above the kind's 8: distinct for every (kind, index) pair.
+    const auto index = static_cast<std::uint64_t>(static_cast<std::uint32_t>(id.index()));
+    return std::hash<std::uint64_t>{}((index << 8) | static_cast<std::uint64_t>(id.kind()));
   }
 };

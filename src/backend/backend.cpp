@@ -44,7 +44,29 @@ void backend::vmm_map_pages(int index, void* p, std::size_t page, const physical
 }
 
 backend& backend_for(device_kind kind) noexcept {
-  return kind == device_kind::cuda ? cuda_backend() : emulated_backend();
+  static_assert(device_kind_count == 2, "a new device kind needs its backend here");
+  static constexpr per_kind<backend& (*)() noexcept> table{{{&cuda_backend, &emulated_backend}}};
+  return table[kind]();
+}
+
+std::optional<pointer_owner> find_pointer_owner(const void* p) {
+  for (const bool local : {true, false}) {
+    for (const device_kind kind : device_kinds) {
+      backend& b = backend_for(kind);
+      if (b.traits().pointer_info_is_local != local) continue;
+      if (!local && b.device_count() == 0) continue;
+      if (auto info = b.pointer_info(p)) return pointer_owner{kind, *info};
+    }
+  }
+  return std::nullopt;
+}
+
+bool known_locally(const void* p) {
+  for (const device_kind kind : device_kinds) {
+    backend& b = backend_for(kind);
+    if (b.traits().pointer_info_is_local && b.pointer_info(p)) return true;
+  }
+  return false;
 }
 
 }  // namespace syncmem::detail

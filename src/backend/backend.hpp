@@ -8,11 +8,13 @@
 // Callers hold a device_guard for the device when they call; the CUDA backend
 // relies on the current device being right, the emulated one takes the index.
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <optional>
 #include <string>
 
+#include "backend/per_kind.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_id.hpp"
 #include "syncmem/memory_kind.hpp"
@@ -44,6 +46,34 @@ struct memory_pool_usage {
   std::size_t used_high = 0;
 };
 
+// What a backend's devices can and cannot do, asked by the layers above
+// instead of testing the kind.
+struct backend_traits {
+  // The backend keeps a current device per thread of its own (the CUDA
+  // runtime's); for the others device_guard records the selection itself.
+  bool keeps_current_device = false;
+  // pointer_info answers from syncmem's own records, cheaply and with no
+  // device present: it is asked first, and always.
+  bool pointer_info_is_local = false;
+  // Host memory it pins is page-locked for every backend, not just recorded
+  // as pinned for its own devices.
+  bool pins_for_all_backends = false;
+  // A wait on or query of an event binds to the record current when it is
+  // made, so an event may be recorded anew before it has completed.
+  bool events_reusable_before_completion = false;
+  // Its streams can copy managed memory.
+  bool copies_managed_memory = false;
+  // memcpy_async from pageable host memory may read the source before the
+  // stream reaches the copy (CUDA's driver stages it at the call).
+  bool pageable_copies_may_read_early = false;
+  // Device memory is host memory, which any backend's copies reach.
+  bool device_memory_is_host_memory = false;
+  // deallocate waits for work on the device to finish (as cudaFree does).
+  bool deallocate_waits_for_device = false;
+  // copy_kernel_batch may copy with a kernel (it says false otherwise).
+  bool has_copy_kernel = false;
+};
+
 class backend {
  public:
   backend() = default;
@@ -52,6 +82,7 @@ class backend {
   virtual ~backend() = default;
 
   [[nodiscard]] virtual device_kind kind() const noexcept = 0;
+  [[nodiscard]] virtual const backend_traits& traits() const noexcept = 0;
   [[nodiscard]] virtual int device_count() noexcept = 0;
   [[nodiscard]] virtual std::string why_no_devices() = 0;
   [[nodiscard]] virtual device_properties properties(int index) = 0;
@@ -182,8 +213,6 @@ class backend {
   virtual void vmm_map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count);
 };
 
-// The backend of a kind. The CUDA one exists in every build: without CUDA it
-// reports no devices and refuses everything else.
 // How many captures begun by syncmem::begin_capture are open, on any device
 // and thread: a cheap test for hot paths (caching_resource::allocate) before
 // they ask the backend whether their stream is captured.
@@ -192,6 +221,8 @@ inline std::atomic<int> open_captures{0};
 inline void capture_opened() noexcept { open_captures.fetch_add(1, std::memory_order_acq_rel); }
 inline void capture_closed() noexcept { open_captures.fetch_sub(1, std::memory_order_acq_rel); }
 
+// The backend of a kind. The CUDA one exists in every build: without CUDA it
+// reports no devices and refuses everything else.
 [[nodiscard]] backend& backend_for(device_kind kind) noexcept;
 [[nodiscard]] inline backend& backend_for(device_id id) noexcept { return backend_for(id.kind()); }
 
@@ -199,16 +230,38 @@ inline void capture_closed() noexcept { open_captures.fetch_sub(1, std::memory_o
 [[nodiscard]] backend& cuda_backend() noexcept;
 [[nodiscard]] backend& emulated_backend() noexcept;
 
-// A backend's begin_pointer_queries and end_pointer_queries around a scope.
+// The backend whose memory `p` is and what it knows of it; nullopt when no
+// backend knows `p`. Backends with local records are asked first.
+struct pointer_owner {
+  device_kind kind;
+  pointer_attributes attributes;
+};
+[[nodiscard]] std::optional<pointer_owner> find_pointer_owner(const void* p);
+
+// Whether a backend with local records (pointer_info_is_local) knows `p`: a
+// cheap test, with no driver call.
+[[nodiscard]] bool known_locally(const void* p);
+
+// Every backend's begin_pointer_queries and end_pointer_queries around a
+// scope, as find_pointer_owner may ask any of them.
 class pointer_queries {
  public:
-  explicit pointer_queries(backend& b) : backend_{b} { backend_.begin_pointer_queries(); }
-  ~pointer_queries() { backend_.end_pointer_queries(); }
+  pointer_queries() {
+    for (const device_kind kind : device_kinds) begin(backend_for(kind));
+  }
+  ~pointer_queries() {
+    for (std::size_t i = count_; i > 0; --i) begun_[i - 1]->end_pointer_queries();
+  }
   pointer_queries(const pointer_queries&) = delete;
   pointer_queries& operator=(const pointer_queries&) = delete;
 
  private:
-  backend& backend_;
+  void begin(backend& b) {
+    b.begin_pointer_queries();
+    begun_[count_++] = &b;
+  }
+  std::array<backend*, device_kind_count> begun_{};
+  std::size_t count_ = 0;
 };
 
 // The CUDA runtime's names for an error code, "" without CUDA.

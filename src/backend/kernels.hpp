@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/per_kind.hpp"
 #include "syncmem/device_id.hpp"
 #include "syncmem/dtype.hpp"
 #include "syncmem/stream.hpp"
@@ -54,7 +55,9 @@ class device_kernels {
 [[nodiscard]] device_kernels& cuda_kernels() noexcept;
 [[nodiscard]] device_kernels& emulated_kernels() noexcept;
 [[nodiscard]] inline device_kernels& kernels_for(device_kind kind) noexcept {
-  return kind == device_kind::cuda ? cuda_kernels() : emulated_kernels();
+  static_assert(device_kind_count == 2, "a new device kind needs its kernels here");
+  static constexpr per_kind<device_kernels& (*)() noexcept> table{{{&cuda_kernels, &emulated_kernels}}};
+  return table[kind]();
 }
 
 }  // namespace syncmem::detail

@@ -1,5 +1,8 @@
 #include "syncmem/device.hpp"
 
+#include <optional>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
@@ -12,13 +15,26 @@ namespace syncmem {
 
 namespace {
 
-// Which device syncmem made current on this thread. CUDA keeps its own
-// current device; an emulated device is current only when selected here.
+// Which device syncmem made current on this thread, where the backend keeps
+// no current device of its own (an emulated device is current only when
+// selected here); nullopt when that is the backend's current device, or none.
 struct thread_device_state {
-  bool emulated_selected = false;
-  int emulated_index = 0;
+  std::optional<device_kind> selected;
+  detail::per_kind<int> index{};
 };
 thread_local thread_device_state this_thread;
+
+// Makes `id` current on this thread.
+void select(device_id id) {
+  auto& b = detail::backend_for(id);
+  if (b.traits().keeps_current_device) {
+    b.make_current(id.index());
+    this_thread.selected.reset();
+  } else {
+    this_thread.selected = id.kind();
+    this_thread.index[id.kind()] = id.index();
+  }
+}
 
 // The device the innermost device_guard on this thread made current. Nothing
 // but set_current_device changes it inside a guard's scope: syncmem's own
@@ -31,7 +47,14 @@ thread_local guarded_device innermost_guard;
 
 }  // namespace
 
-std::string to_string(device_kind kind) { return kind == device_kind::cuda ? "cuda" : "emulated"; }
+std::string to_string(device_kind kind) { return std::string{detail::names_of(kind).name}; }
+
+std::optional<device_kind> parse_device_kind(std::string_view name) noexcept {
+  for (const device_kind kind : device_kinds) {
+    if (detail::names_of(kind).name == name) return kind;
+  }
+  return std::nullopt;
+}
 
 std::string to_string(device_id id) { return fmt::format("{}:{}", to_string(id.kind()), id.index()); }
 
@@ -51,11 +74,15 @@ std::string to_string(memory_kind kind) {
 
 int device_count(device_kind kind) noexcept { return detail::backend_for(kind).device_count(); }
 
-int device_count() noexcept { return device_count(device_kind::cuda) + device_count(device_kind::emulated); }
+int device_count() noexcept {
+  int count = 0;
+  for (const device_kind kind : device_kinds) count += device_count(kind);
+  return count;
+}
 
 std::vector<device_id> devices() {
   std::vector<device_id> all;
-  for (auto kind : {device_kind::cuda, device_kind::emulated}) {
+  for (const device_kind kind : device_kinds) {
     for (int i = 0; i < device_count(kind); ++i) all.emplace_back(kind, i);
   }
   return all;
@@ -77,9 +104,13 @@ void check_device(device_id id) {
 }
 
 device_id current_device() {
-  if (this_thread.emulated_selected) return device_id::emulated(this_thread.emulated_index);
-  if (device_count(device_kind::cuda) > 0) return device_id::cuda(detail::cuda_backend().current_index());
-  if (device_count(device_kind::emulated) > 0) return device_id::emulated(0);
+  if (this_thread.selected) return {*this_thread.selected, this_thread.index[*this_thread.selected]};
+  // Nothing selected: the first kind with devices, at its backend's current device or its first.
+  for (const device_kind kind : device_kinds) {
+    if (device_count(kind) == 0) continue;
+    auto& b = detail::backend_for(kind);
+    return {kind, b.traits().keeps_current_device ? b.current_index() : 0};
+  }
   SYNCMEM_UNSUPPORTED(
       fmt::format("no device is available: {}; emulated devices are off (set SYNCMEM_EMULATED_DEVICES=N or call "
                   "syncmem::enable_emulated_devices to develop without a GPU)",
@@ -88,20 +119,15 @@ device_id current_device() {
 
 void set_current_device(device_id id) {
   check_device(id);
-  if (id.kind() == device_kind::cuda) {
-    detail::cuda_backend().make_current(id.index());
-    this_thread.emulated_selected = false;
-  } else {
-    this_thread = {true, id.index()};
-  }
+  select(id);
   innermost_guard.active = false;  // called inside a guard: the device it made current is no longer so
 }
 
 device_guard::device_guard(device_id target)
     : original_{target},
       target_{target},
-      original_cuda_index_{-1},
-      original_emulated_selected_{this_thread.emulated_selected},
+      original_target_kind_index_{-1},
+      original_selected_kind_{this_thread.selected},
       switched_{false},
       outer_active_{innermost_guard.active},
       outer_device_{innermost_guard.device} {
@@ -109,16 +135,16 @@ device_guard::device_guard(device_id target)
   check_device(target);
   original_ = current_device();
   if (original_ != target) {
-    if (target.kind() == device_kind::cuda) {
-      auto& cuda = detail::cuda_backend();
-      const int cuda_current = cuda.current_index();
-      if (cuda_current != target.index()) {
-        cuda.make_current(target.index());
-        original_cuda_index_ = cuda_current;
+    auto& b = detail::backend_for(target);
+    if (b.traits().keeps_current_device) {
+      const int current = b.current_index();
+      if (current != target.index()) {
+        b.make_current(target.index());
+        original_target_kind_index_ = current;
       }
-      this_thread.emulated_selected = false;
+      this_thread.selected.reset();
     } else {
-      this_thread = {true, target.index()};
+      select(target);
     }
     switched_ = true;
   }
@@ -128,20 +154,22 @@ device_guard::device_guard(device_id target)
 device_guard::~device_guard() {
   innermost_guard = {outer_active_, outer_device_};
   if (!switched_) return;
-  if (original_cuda_index_ >= 0) {
+  if (original_target_kind_index_ >= 0) {
     try {
-      detail::cuda_backend().make_current(original_cuda_index_);
+      detail::backend_for(target_).make_current(original_target_kind_index_);
     } catch (...) {
       // restoring must not throw; the backend has reported it
-      detail::log_ignored("restoring the current CUDA device");
+      detail::log_ignored("restoring the current device");
     }
   }
-  this_thread.emulated_selected = original_emulated_selected_;
-  if (original_emulated_selected_) this_thread.emulated_index = original_.index();
+  this_thread.selected = original_selected_kind_;
+  if (original_selected_kind_) this_thread.index[*original_selected_kind_] = original_.index();
 }
 
 std::string device_properties::link() const {
-  if (id.kind() == device_kind::emulated) return "host memory (emulated)";
+  if (detail::backend_for(id).traits().device_memory_is_host_memory) {
+    return fmt::format("host memory ({})", to_string(id.kind()));
+  }
   if (pcie_generation > 0 && pcie_width > 0) return fmt::format("PCIe Gen{} x{}", pcie_generation, pcie_width);
   if (pcie_generation > 0) return fmt::format("PCIe Gen{}", pcie_generation);
   return "PCIe (generation unknown)";
@@ -164,11 +192,7 @@ void synchronize_device(device_id id) {
 
 pointer_attributes get_pointer_attributes(const void* p) {
   if (p == nullptr) return {};
-  // Emulated memory is known exactly and cheaply; ask it first.
-  if (auto info = detail::emulated_backend().pointer_info(p)) return *info;
-  if (device_count(device_kind::cuda) > 0) {
-    if (auto info = detail::cuda_backend().pointer_info(p)) return *info;
-  }
+  if (auto owner = detail::find_pointer_owner(p)) return owner->attributes;
   return {};
 }
 

@@ -6,6 +6,8 @@
 #include <optional>
 #include <utility>
 
+#include "backend/backend.hpp"
+
 namespace syncmem::detail {
 
 namespace {
@@ -51,6 +53,11 @@ class thread_events {
   std::size_t count_ = 0;
 };
 
+// Only such events are worth keeping per thread: they are handed out again at once.
+bool reusable_before_completion(device_id device) noexcept {
+  return backend_for(device).traits().events_reusable_before_completion;
+}
+
 thread_events* this_thread_events() {
   if (thread_events_gone) return nullptr;
   thread_local thread_events events;
@@ -58,7 +65,7 @@ thread_events* this_thread_events() {
 }
 
 bool keep_in_thread(event& e) noexcept {
-  thread_events* mine = e.device().kind() == device_kind::cuda ? this_thread_events() : nullptr;
+  thread_events* mine = reusable_before_completion(e.device()) ? this_thread_events() : nullptr;
   return mine != nullptr && mine->keep(e);
 }
 
@@ -70,7 +77,7 @@ event_pool& event_pool::instance() {
 }
 
 event event_pool::acquire(device_id device) {
-  if (thread_events* mine = device.kind() == device_kind::cuda ? this_thread_events() : nullptr) {
+  if (thread_events* mine = reusable_before_completion(device) ? this_thread_events() : nullptr) {
     if (std::optional<event> e = mine->take(device)) return std::move(*e);
   }
   {
@@ -109,7 +116,7 @@ void event_pool::release(event&& e) noexcept {
     // CUDA binds a wait or a query to the record current when it is made, so
     // a CUDA event may be recorded anew at once (asking first whether it has
     // completed was the largest part of a small copy's cost).
-    if (e.device().kind() == device_kind::cuda) {
+    if (reusable_before_completion(e.device())) {
       pool.completed.push_back(std::move(e));
     } else {
       pool.maybe_pending.push_back(std::move(e));

@@ -1,5 +1,8 @@
 #include "mr/default_host_resource.hpp"
 
+#include <mutex>
+
+#include "backend/per_kind.hpp"
 #include "core/release_at_exit.hpp"
 #include "syncmem/mr/caching_pinned_resource.hpp"
 #include "syncmem/mr/pageable_resource.hpp"
@@ -13,17 +16,17 @@ memory_resource& default_host_resource(memory_kind kind, device_kind backend) {
   }
   // Pinning costs milliseconds per call: cache the blocks (reused once the
   // copies that used them have completed).
-  auto make = [](device_kind which) {
-    auto* r = new caching_pinned_resource{which};
-    syncmem::detail::release_at_exit([r] { r->trim(); });
-    return r;
+  struct cache {
+    std::once_flag made;
+    caching_pinned_resource* resource = nullptr;
   };
-  if (backend == device_kind::cuda) {
-    static auto* const pinned = make(device_kind::cuda);
-    return *pinned;
-  }
-  static auto* const pinned = make(device_kind::emulated);
-  return *pinned;
+  static auto* const pinned = new syncmem::detail::per_kind<cache>{};
+  cache& c = (*pinned)[backend];
+  std::call_once(c.made, [&] {
+    c.resource = new caching_pinned_resource{backend};
+    syncmem::detail::release_at_exit([r = c.resource] { r->trim(); });
+  });
+  return *c.resource;
 }
 
 }  // namespace syncmem::mr::detail

@@ -33,9 +33,8 @@ oom_info detail::device_oom_info(device_id device, std::size_t bytes, std::strin
 
 namespace {
 device_id checked(device_id device, device_kind kind, std::string_view class_name) {
-  SYNCMEM_EXPECTS(device.kind() == kind,
-                  fmt::format("{} needs {} device, not {}", class_name,
-                              kind == device_kind::cuda ? "a CUDA" : "an emulated", to_string(device)));
+  SYNCMEM_EXPECTS(device.kind() == kind, fmt::format("{} needs {} device, not {}", class_name,
+                                                     syncmem::detail::names_of(kind).a_device, to_string(device)));
   check_device(device);
   return device;
 }

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/per_kind.hpp"
 #include "core/release_at_exit.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
@@ -25,15 +26,12 @@ struct slot {
 };
 
 struct registry {
-  std::array<slot, max_devices> cuda;
-  std::array<slot, max_devices> emulated;
+  syncmem::detail::per_kind<std::array<slot, max_devices>> devices;
   // What the built-in resources are made with below SYNCMEM_ALLOC_CONF; the
   // mutex also orders each making against set_default_caching_options.
   std::mutex defaults_mutex;
   caching_options defaults;
-  slot& at(device_id device) {
-    return (device.kind() == device_kind::cuda ? cuda : emulated)[static_cast<std::size_t>(device.index())];
-  }
+  slot& at(device_id device) { return devices[device.kind()][static_cast<std::size_t>(device.index())]; }
 };
 
 registry& slots() {
@@ -84,14 +82,12 @@ std::vector<device_id> set_default_caching_options(const caching_options& option
   const caching_options wanted = caching_options::from_environment(options);  // throws before changing anything
   all.defaults = options;
   std::vector<device_id> kept;
-  auto scan = [&](std::array<slot, max_devices>& slots_of_kind, device_id (*id)(int)) {
+  for (const device_kind kind : device_kinds) {
     for (std::size_t i = 0; i < max_devices; ++i) {
-      const caching_resource* r = slots_of_kind[i].built_in.load(std::memory_order_acquire);
-      if (r != nullptr && r->options() != wanted) kept.push_back(id(static_cast<int>(i)));
+      const caching_resource* r = all.devices[kind][i].built_in.load(std::memory_order_acquire);
+      if (r != nullptr && r->options() != wanted) kept.emplace_back(kind, static_cast<int>(i));
     }
-  };
-  scan(all.cuda, &device_id::cuda);
-  scan(all.emulated, &device_id::emulated);
+  }
   return kept;
 }
 

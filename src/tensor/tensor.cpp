@@ -97,7 +97,8 @@ void copy_range(synced_memory& dst, std::size_t dst_offset, synced_memory& src, 
   // A CUDA device's memory is only reachable from a CUDA stream. On the
   // source's stream the copy is not ordered after work pending on ds (the
   // destination's zero fill, a kernel writing it): wait for that first.
-  const bool use_source_stream = dst.device().kind() != device_kind::cuda && src.device().kind() == device_kind::cuda;
+  const bool use_source_stream = syncmem::detail::backend_for(dst.device()).traits().device_memory_is_host_memory &&
+                                 !syncmem::detail::backend_for(src.device()).traits().device_memory_is_host_memory;
   if (use_source_stream) ds.synchronize();
   copy(byte_at(dp, dst_offset), byte_at(sp, src_offset), bytes, use_source_stream ? ss : ds);
 }

@@ -106,7 +106,7 @@ class classifier {
       const auto base = reinterpret_cast<std::uintptr_t>(s.base);
       if (s.base != nullptr && a >= base && a - base < s.size) return s;
     }
-    if (a / pageable_window == window_ && !detail::emulated_backend().pointer_info(p)) return {};
+    if (a / pageable_window == window_ && !detail::known_locally(p)) return {};
     copy_side s = detail::classify_pointer(p, backend_);
     if (s.base != nullptr) {
       recent_[next_] = s;
@@ -198,7 +198,7 @@ struct staged {
 // Whether a kernel on `device` reaches this side of a copy by its pointer:
 // the device's own memory, or pinned host memory not tied to another device.
 bool addressable(const copy_side& side, device_id device) {
-  if (device.kind() != device_kind::cuda) return false;
+  if (!detail::backend_for(device).traits().has_copy_kernel) return false;
   if (side.kind == memory_kind::device) return side.device && *side.device == device;
   if (side.kind == memory_kind::pinned_host) return !side.device || *side.device == device;
   return false;
@@ -732,7 +732,7 @@ transfer copy_async(std::span<const copy_request> copies, stream_view stream, co
   std::vector<entry> entries;
   entries.reserve(copies.size());
   {
-    const detail::pointer_queries queries{detail::cuda_backend()};  // set up once for every pointer of the batch
+    const detail::pointer_queries queries;  // set up once for every pointer of the batch
     for (std::size_t i = 0; i < copies.size(); ++i) {
       const copy_request& c = copies[i];
       if (c.bytes == 0) continue;

@@ -89,8 +89,8 @@ struct engine {
   copy_options options;
   std::map<device_id, stream*> streams;  // never destroyed: copies may run after main()
   std::map<std::pair<device_id, device_id>, bool> peers;
-  std::array<std::once_flag, 2> staging_once;
-  std::array<mr::caching_pinned_resource*, 2> staging{};
+  detail::per_kind<std::once_flag> staging_once;
+  detail::per_kind<mr::caching_pinned_resource*> staging{};
   bool peer_warning_given = false;
 };
 
@@ -178,17 +178,14 @@ using side = detail::copy_side;
 // The kind of `p` as the backend of the copy's stream sees it: memory the
 // emulated backend pinned is pageable to CUDA.
 side classify(const void* p, device_kind backend) {
-  if (auto e = detail::emulated_backend().pointer_info(p)) {
-    if (e->kind == memory_kind::device) return {memory_kind::device, e->device, e->base, e->size};
-    if (backend == device_kind::emulated) return {memory_kind::pinned_host, std::nullopt, e->base, e->size};
-    return {memory_kind::pageable_host, std::nullopt, e->base, e->size};
+  const auto owner = detail::find_pointer_owner(p);
+  if (!owner) return {};
+  const pointer_attributes& a = owner->attributes;
+  if (a.kind == memory_kind::device) return {memory_kind::device, a.device, a.base, a.size};
+  if (owner->kind == backend || detail::backend_for(owner->kind).traits().pins_for_all_backends) {
+    return {a.kind, std::nullopt, a.base, a.size};
   }
-  if (device_count(device_kind::cuda) > 0) {
-    if (auto c = detail::cuda_backend().pointer_info(p)) {
-      return {c->kind, c->kind == memory_kind::device ? c->device : std::nullopt, c->base, c->size};
-    }
-  }
-  return {};
+  return {memory_kind::pageable_host, std::nullopt, a.base, a.size};
 }
 
 std::string describe(const side& s) {
@@ -212,7 +209,8 @@ void check_extent(const void* p, std::size_t bytes, const side& s, const char* w
 void check_stream(stream_view stream, const side& dst, const side& src) {
   const device_id sd = stream.device();
   check_device(sd);
-  if ((src.kind == memory_kind::managed || dst.kind == memory_kind::managed) && sd.kind() != device_kind::cuda) {
+  if ((src.kind == memory_kind::managed || dst.kind == memory_kind::managed) &&
+      !detail::backend_for(sd).traits().copies_managed_memory) {
     SYNCMEM_FAIL(fmt::format("copy_async: managed memory needs a stream of a CUDA device, not {}", to_string(sd)));
   }
   if (!src.device && !dst.device) return;  // host memory alone: any device's stream
@@ -352,7 +350,7 @@ transfer direct(void* dst, const void* src, std::size_t bytes, stream_view s, co
 // Pageable source, small: the backend copies it. CUDA's driver may read the
 // source at once rather than in stream order, so wait for the stream first (a).
 transfer direct_from_pageable(void* dst, const void* src, std::size_t bytes, stream_view s) {
-  if (s.device().kind() == device_kind::cuda) wait_for(s);
+  if (detail::backend_for(s.device()).traits().pageable_copies_may_read_early) wait_for(s);
   return direct(dst, src, bytes, s, copy_path::dma);
 }
 
@@ -781,14 +779,13 @@ mr::caching_pinned_resource& staging_resource(device_kind backend) {
         fmt::format("staging_resource: no {} devices ({})", to_string(backend), why_no_devices(backend)));
   }
   auto& e = the_engine();
-  const auto i = static_cast<std::size_t>(backend);
   // Never destroyed: transfers may still be freeing staging blocks after main().
-  std::call_once(e.staging_once[i], [&] {
+  std::call_once(e.staging_once[backend], [&] {
     auto* r = new mr::caching_pinned_resource{backend};
     detail::release_at_exit([r] { r->trim(); });
-    e.staging[i] = r;
+    e.staging[backend] = r;
   });
-  return *e.staging[i];
+  return *e.staging[backend];
 }
 
 transfer::transfer() noexcept = default;
@@ -841,7 +838,7 @@ transfer detail::copy_async_with(void* dst, const void* src, std::size_t bytes, 
   const device_kind backend = stream.device().kind();
   side to, from;
   {
-    const detail::pointer_queries queries{detail::cuda_backend()};  // one capture-mode exchange for both
+    const detail::pointer_queries queries;  // one capture-mode exchange for both
     to = classify(dst, backend);
     from = classify(src, backend);
   }

@@ -176,6 +176,16 @@ std::string no_gpu_reason(cudaError_t status) {
 class backend_impl final : public backend {
  public:
   device_kind kind() const noexcept override { return device_kind::cuda; }
+  const backend_traits& traits() const noexcept override {
+    static constexpr backend_traits t{.keeps_current_device = true,
+                                      .pins_for_all_backends = true,
+                                      .events_reusable_before_completion = true,
+                                      .copies_managed_memory = true,
+                                      .pageable_copies_may_read_early = true,
+                                      .deallocate_waits_for_device = true,
+                                      .has_copy_kernel = true};
+    return t;
+  }
 
   int device_count() noexcept override {
     std::call_once(count_once_, [this] {

@@ -187,6 +187,10 @@ class backend_impl final : public backend {
 
   // ---- devices -------------------------------------------------------------
   device_kind kind() const noexcept override { return device_kind::emulated; }
+  const backend_traits& traits() const noexcept override {
+    static constexpr backend_traits t{.pointer_info_is_local = true, .device_memory_is_host_memory = true};
+    return t;
+  }
   int device_count() noexcept override { return count_.load(std::memory_order_acquire); }
   std::string why_no_devices() override {
     if (!env_problem_.empty()) return env_problem_;

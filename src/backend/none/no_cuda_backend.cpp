@@ -25,6 +25,16 @@ namespace {
 class backend_impl final : public backend {
  public:
   device_kind kind() const noexcept override { return device_kind::cuda; }
+  // As the CUDA backend's, though with no devices none of them is asked.
+  const backend_traits& traits() const noexcept override {
+    static constexpr backend_traits t{.keeps_current_device = true,
+                                      .pins_for_all_backends = true,
+                                      .events_reusable_before_completion = true,
+                                      .copies_managed_memory = true,
+                                      .pageable_copies_may_read_early = true,
+                                      .deallocate_waits_for_device = true};
+    return t;
+  }
   int device_count() noexcept override { return 0; }
   std::string why_no_devices() override { return "this build of syncmem has no CUDA backend"; }
   device_properties properties(int) override { refuse(); }

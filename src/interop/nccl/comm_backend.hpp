@@ -129,4 +129,12 @@ void nccl_group_start();
 // Returns NCCL's error as text, or "" on success.
 [[nodiscard]] std::string nccl_group_end() noexcept;
 
+// How the communicators of one device kind are made.
+struct comm_factory {
+  std::vector<std::unique_ptr<comm_backend>> (*make_all)(std::span<const device_id> devices);
+  std::unique_ptr<comm_backend> (*make_rank)(const unique_id& id, int nranks, int rank, device_id device);
+  unique_id (*make_id)();
+};
+[[nodiscard]] const comm_factory& comm_factory_for(device_kind kind) noexcept;
+
 }  // namespace syncmem::nccl::detail

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/per_kind.hpp"
 #include "comm_backend.hpp"
 #include "core/ignored_failure.hpp"
 #include "core/log.hpp"
@@ -97,11 +98,18 @@ std::string describe_registration(const call& c) {
   return describe(c) + (c.registered ? ", in registered memory" : ", in unregistered memory");
 }
 
+const comm_factory& comm_factory_for(device_kind kind) noexcept {
+  static_assert(device_kind_count == 2, "a new device kind needs its communicators here");
+  static constexpr syncmem::detail::per_kind<comm_factory> table{{{
+      {&make_nccl_all, &make_nccl_rank, &make_nccl_id},
+      {&make_emulated_all, &make_emulated_rank, &make_emulated_id},
+  }}};
+  return table[kind];
+}
+
 }  // namespace detail
 
-unique_id make_unique_id(device_kind kind) {
-  return kind == device_kind::cuda ? detail::make_nccl_id() : detail::make_emulated_id();
-}
+unique_id make_unique_id(device_kind kind) { return detail::comm_factory_for(kind).make_id(); }
 
 // ==== registration of a caching_resource's segments ==================================
 
@@ -253,8 +261,7 @@ class communicator::attempt {
 
 std::vector<communicator> communicator::create_all(std::span<const device_id> devices) {
   check_devices(devices);
-  auto backends =
-      devices[0].kind() == device_kind::cuda ? detail::make_nccl_all(devices) : detail::make_emulated_all(devices);
+  auto backends = detail::comm_factory_for(devices[0].kind()).make_all(devices);
   std::vector<communicator> ranks;
   ranks.reserve(devices.size());
   const std::uint64_t clique = new_clique();
@@ -276,8 +283,7 @@ communicator::communicator(const unique_id& id, int nranks, int rank, device_id 
                   fmt::format("nccl::communicator: rank is {}: valid range is [0, {})", rank, nranks));
   check_device(device);
   auto s = std::make_unique<state>();
-  s->backend = device.kind() == device_kind::cuda ? detail::make_nccl_rank(id, nranks, rank, device)
-                                                  : detail::make_emulated_rank(id, nranks, rank, device);
+  s->backend = detail::comm_factory_for(device.kind()).make_rank(id, nranks, rank, device);
   s->clique = clique_of(id);
   s->rank = rank;
   s->size = nranks;

@@ -48,8 +48,7 @@ device_id parse_device(std::string_view text) {
           ("syncmem: bad device '" + std::string{text} + "': expected 'cuda:N' or 'emulated:N' with N a device index")
               .c_str());
   }
-  if (kind == "cuda") return device_id::cuda(index);
-  if (kind == "emulated") return device_id::emulated(index);
+  if (const auto parsed = parse_device_kind(kind)) return {*parsed, index};
   if (kind == "cpu")
     throw nb::value_error(
         "syncmem: 'cpu' is not a syncmem device: host memory is the host side of a tensor of a device "

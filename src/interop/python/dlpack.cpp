@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/per_kind.hpp"
 #include "bindings.hpp"
 #include "core/deferred_release.hpp"
 #include "dlpack.hpp"
@@ -122,20 +123,29 @@ void capsule_destructor(PyObject* capsule) noexcept {
 
 enum class side { host, device };
 
+// The DLPack device type of each kind's device memory; none where a tensor
+// exports its host side only (no DLPack consumer knows emulated devices).
+std::optional<std::int32_t> dl_device_type(device_kind kind) {
+  static_assert(device_kind_count == 2, "a new device kind needs its DLPack device type here");
+  static const syncmem::detail::per_kind<std::optional<std::int32_t>> table{{{dl::cuda, std::nullopt}}};
+  return table[kind];
+}
+
 // The side a tensor exports when the consumer names no dl_device.
-side natural_side(const tensor& t) { return t.device().kind() == device_kind::cuda ? side::device : side::host; }
+side natural_side(const tensor& t) { return dl_device_type(t.device().kind()) ? side::device : side::host; }
 
 std::pair<std::int32_t, std::int32_t> dl_device_of(const tensor& t, side s) {
   if (s == side::host) return {dl::cpu, 0};
-  return {dl::cuda, t.device().index()};
+  return {*dl_device_type(t.device().kind()), t.device().index()};
 }
 
 side requested_side(const tensor& t, nb::handle dl_device) {
   if (dl_device.is_none()) return natural_side(t);
   const auto [type, id] = nb::cast<std::pair<std::int32_t, std::int32_t>>(dl_device);
   if (type == dl::cpu) return side::host;
-  if (type == dl::cuda && t.device().kind() == device_kind::cuda && id == t.device().index()) return side::device;
-  if (t.device().kind() != device_kind::cuda)
+  const std::optional<std::int32_t> device_type = dl_device_type(t.device().kind());
+  if (device_type && type == *device_type && id == t.device().index()) return side::device;
+  if (!device_type)
     throw nb::buffer_error(("syncmem: a tensor of " + to_string(t.device()) +
                             " exports its host side only (dl_device=(1, 0), kDLCPU); (" + std::to_string(type) + ", " +
                             std::to_string(id) + ") was asked")

@@ -51,7 +51,7 @@ private_pool::~private_pool() {
     device_guard guard{device_};
     auto& backend = syncmem::detail::backend_for(device_);
     // cudaFree waits for the device itself; an emulated free does not.
-    if (device_.kind() != device_kind::cuda) backend.synchronize_device(device_.index());
+    if (!backend.traits().deallocate_waits_for_device) backend.synchronize_device(device_.index());
     for (const auto& [p, b] : blocks_) {
       if (upstream_ != nullptr) {
         upstream_->deallocate(p, b.size, default_stream(device_));
