@@ -94,11 +94,13 @@ benchmark::internal::Benchmark* register_benchmark(const std::string& name, F bo
 struct device_memory_use {
   device_id device;
   std::size_t used_bytes = 0;
+  bool whole_device = true;  // counted over the device, every process's memory in it
 };
 
 // Empties what syncmem and the alternatives cache process-wide (each device's
 // default resource; on CUDA the default stream-ordered pool and graph memory),
-// then returns the memory in use on every device.
+// then returns the memory in use on every device: on a GPU, this process's
+// (NVML's count) where the driver says, else the whole device's.
 [[nodiscard]] std::vector<device_memory_use> release_cached_memory();
 
 // What a benchmark may leave on `device` without counting as a leak: nothing

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,8 @@
 
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <unistd.h>
 #endif
 
 namespace syncmem::bench {
@@ -46,6 +49,60 @@ std::vector<device_id> every_device() {
 }
 
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
+// NVML, opened at run time (the driver ships it, the toolkit has no header
+// for it): the device memory this process holds, which a device-wide count
+// mixes with other processes' (ctest -j, another user of the GPU).
+class nvml {
+ public:
+  // The memory `device` holds for this process, when NVML can say.
+  std::optional<std::size_t> used_by_this_process(device_id device) {
+    if (processes_ == nullptr) return std::nullopt;
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, device.index()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return std::nullopt;
+    }
+    void* handle = nullptr;
+    if (by_bus_(bus, &handle) != 0) return std::nullopt;
+    std::vector<process_info> infos(1024);
+    auto count = static_cast<unsigned>(infos.size());
+    if (processes_(handle, &count, infos.data()) != 0) return std::nullopt;
+    const auto pid = static_cast<unsigned>(::getpid());
+    for (unsigned i = 0; i < count; ++i) {
+      // NVML_VALUE_NOT_AVAILABLE where the driver does not count per process.
+      if (infos[i].pid == pid && infos[i].used_bytes != ~0ULL) return static_cast<std::size_t>(infos[i].used_bytes);
+    }
+    return std::nullopt;
+  }
+
+  static nvml& instance() {
+    static nvml n;
+    return n;
+  }
+
+ private:
+  struct process_info {  // nvmlProcessInfo_v2_t, as nvmlDeviceGetComputeRunningProcesses_v3 fills it
+    unsigned pid;
+    unsigned long long used_bytes;
+    unsigned gpu_instance;
+    unsigned compute_instance;
+  };
+  using init_fn = int (*)();
+  using by_bus_fn = int (*)(const char*, void**);
+  using processes_fn = int (*)(void*, unsigned*, process_info*);
+
+  nvml() {
+    void* library = ::dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (library == nullptr) return;
+    auto init = reinterpret_cast<init_fn>(::dlsym(library, "nvmlInit_v2"));
+    by_bus_ = reinterpret_cast<by_bus_fn>(::dlsym(library, "nvmlDeviceGetHandleByPciBusId_v2"));
+    auto processes = reinterpret_cast<processes_fn>(::dlsym(library, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    if (init != nullptr && by_bus_ != nullptr && processes != nullptr && init() == 0) processes_ = processes;
+  }
+  by_bus_fn by_bus_ = nullptr;
+  processes_fn processes_ = nullptr;
+};
+
 // cudaMallocAsync's default pool and the graph allocations of replayed
 // graphs keep their memory until trimmed.
 void trim_cuda_pools(device_id d) {
@@ -72,14 +129,26 @@ std::vector<device_memory_use> release_cached_memory() {
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
     if (d.kind() == device_kind::cuda) trim_cuda_pools(d);
 #endif
-    const memory_info m = get_memory_info(d);
-    std::size_t used = m.total - m.free;
+    std::size_t used = 0;
+    bool whole_device = true;
+#if defined(SYNCMEM_BENCH_HAS_CUDA)
+    if (d.kind() == device_kind::cuda) {
+      if (const auto mine = nvml::instance().used_by_this_process(d)) {
+        used = *mine;
+        whole_device = false;
+      }
+    }
+#endif
+    if (whole_device) {
+      const memory_info m = get_memory_info(d);
+      used = m.total - m.free;
+    }
     {
       const std::lock_guard lock{kept().mutex};
       const auto it = kept().bytes.find(d);
       if (it != kept().bytes.end()) used -= std::min(used, it->second);
     }
-    use.push_back({d, used});
+    use.push_back({d, used, whole_device});
   }
   return use;
 }

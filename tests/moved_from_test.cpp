@@ -21,6 +21,7 @@
 #include "syncmem/blob.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device.hpp"
+#include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/tensor.hpp"
 #include "test_support.hpp"
@@ -152,6 +153,7 @@ void expect_values(const tensor& t, const std::vector<float>& values, stream_vie
 }
 
 TYPED_TEST(MovedFrom, ATensorIsATensorWithoutStorage) {
+  const device_guard on{this->dev()};  // reshape gives storage on the current device
   for (const bool on_device : {false, true}) {
     stream s{this->dev()};
     const std::int64_t n = 1 + static_cast<std::int64_t>(test::rng()() % 5000);
@@ -307,6 +309,7 @@ void expect_values(const blob& b, const std::pair<std::vector<float>, std::vecto
 }
 
 TYPED_TEST(MovedFrom, ABlobIsABlobWithoutStorage) {
+  const device_guard on{this->dev()};  // reshape gives storage on the current device
   for (const bool on_device : {false, true}) {
     stream s{this->dev()};
     const std::int64_t n = 1 + static_cast<std::int64_t>(test::rng()() % 40);

@@ -305,8 +305,9 @@ class progress_reporter final : public benchmark::BenchmarkReporter {
       if (after.used_bytes <= before + bench::leak_allowance(after.device)) continue;
       if (!left.empty()) left += "; ";
       left += fmt::format(
-          "left {} of device memory behind on {} (in use before it: {}; after it, with every cache emptied: {})",
-          format_bytes(after.used_bytes - before), to_string(after.device), format_bytes(before),
+          "left {} of device memory behind on {} (in use{} before it: {}; after it, with every cache emptied: {})",
+          format_bytes(after.used_bytes - before), to_string(after.device),
+          after.whole_device ? " on the whole device, by every process" : " by this process", format_bytes(before),
           format_bytes(after.used_bytes));
     }
     in_use_ = std::move(now);  // each leak is reported once, by the benchmark that made it
