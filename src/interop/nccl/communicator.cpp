@@ -15,9 +15,11 @@
 #include <fmt/format.h>
 
 #include "backend/per_kind.hpp"
+#include "call_checks.hpp"
 #include "comm_backend.hpp"
 #include "core/ignored_failure.hpp"
 #include "core/log.hpp"
+#include "segment_registrar.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_buffer.hpp"
 #include "syncmem/error.hpp"
@@ -111,86 +113,6 @@ const comm_factory& comm_factory_for(device_kind kind) noexcept {
 
 unique_id make_unique_id(device_kind kind) { return detail::comm_factory_for(kind).make_id(); }
 
-// ==== registration of a caching_resource's segments ==================================
-
-namespace {
-
-// Registers each segment of one caching_resource with one rank's communicator.
-class segment_registrar final : public mr::segment_observer {
- public:
-  segment_registrar(detail::comm_backend& backend, std::string owner) : backend_{backend}, owner_{std::move(owner)} {}
-
-  void segment_added(void* base, std::size_t bytes) noexcept override {
-    std::string why;
-    void* handle = backend_.register_buffer(base, bytes, why);
-    std::lock_guard lock{mutex_};
-    if (handle == nullptr) {
-      ++stats_.failures;
-      try {
-        syncmem::detail::logger().warn("{}: a segment of {} was not registered ({}); collectives on it copy", owner_,
-                                       syncmem::detail::format_bytes(bytes), why);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): reporting must not throw
-      }
-      return;
-    }
-    try {
-      handles_.emplace(base, entry{handle, bytes});
-    } catch (...) {
-      backend_.deregister_buffer(handle);
-      ++stats_.failures;
-      return;
-    }
-    ++stats_.registrations;
-    ++stats_.segments;
-    stats_.bytes += bytes;
-  }
-
-  void segment_releasing(void* base, std::size_t) noexcept override {
-    std::lock_guard lock{mutex_};
-    const auto it = handles_.find(base);
-    if (it == handles_.end()) return;
-    drop(it->second);
-    handles_.erase(it);
-  }
-
-  void resource_destroyed() noexcept override { gone_ = true; }
-  // Whether the resource was destroyed (it must not be called any more).
-  [[nodiscard]] bool resource_gone() const noexcept { return gone_; }
-
-  // After the resource stopped telling it: deregisters what is left.
-  void release_all() noexcept {
-    std::lock_guard lock{mutex_};
-    for (auto& [base, e] : handles_) drop(e);
-    handles_.clear();
-  }
-
-  [[nodiscard]] registration_statistics statistics() const {
-    std::lock_guard lock{mutex_};
-    return stats_;
-  }
-
- private:
-  struct entry {
-    void* handle;
-    std::size_t bytes;
-  };
-  void drop(const entry& e) noexcept {
-    backend_.deregister_buffer(e.handle);
-    ++stats_.deregistrations;
-    --stats_.segments;
-    stats_.bytes -= e.bytes;
-  }
-
-  detail::comm_backend& backend_;
-  const std::string owner_;
-  mutable std::mutex mutex_;
-  std::map<void*, entry> handles_;
-  registration_statistics stats_;
-  std::atomic<bool> gone_{false};
-};
-
-}  // namespace
-
 // ==== the communicator ============================================================
 
 struct communicator::state {
@@ -199,7 +121,7 @@ struct communicator::state {
   int rank = 0;
   int size = 1;
   device_id device = device_id::cuda(0);
-  std::vector<std::pair<mr::caching_resource*, std::shared_ptr<segment_registrar>>> registered;
+  std::vector<std::pair<mr::caching_resource*, std::shared_ptr<detail::segment_registrar>>> registered;
   registration_statistics retired;  // of registrars already removed
 
   [[nodiscard]] std::string name() const { return detail::communicator_name(rank, size, device); }
@@ -325,169 +247,20 @@ int communicator::size() const { return checked("size").size; }
 device_id communicator::device() const { return checked("device").device; }
 std::string communicator::to_string() const { return state_ ? state_->name() : "nccl communicator (moved from)"; }
 
-// ==== checks ========================================================================
-
-namespace {
-
+using detail::buffer_order;
 using detail::call;
+using detail::check_overlap;
+using detail::check_pointer;
+using detail::check_rank;
+using detail::check_reduction;
+using detail::check_same_dtype;
+using detail::check_stacked;
+using detail::check_stream;
+using detail::check_tensor;
+using detail::check_tensor_overlap;
+using detail::checked_bytes;
 using detail::collective;
-
-void check_stream(const communicator& c, const char* name, stream_view s) {
-  SYNCMEM_EXPECTS(s.device() == c.device(),
-                  fmt::format("{}: {}: the stream belongs to {}, expected a stream of {}", c.to_string(), name,
-                              to_string(s.device()), to_string(c.device())));
-}
-
-void check_reduction(const communicator& c, const char* name, dtype type, reduce_op op) {
-  if (type == dtype::bool_ || type == dtype::int16) {
-    SYNCMEM_FAIL(
-        fmt::format("{}: {}: dtype {} has no reduction in NCCL (valid: int8, uint8, int32, int64, float16, "
-                    "bfloat16, float32, float64)",
-                    c.to_string(), name, to_string(type)));
-  }
-  SYNCMEM_EXPECTS(can_reduce(type, op),
-                  fmt::format("{}: {}: op avg needs a floating-point dtype (float16, bfloat16, float32, float64), "
-                              "not {}",
-                              c.to_string(), name, to_string(type)));
-}
-
-void check_rank(const communicator& c, const char* name, const char* what, int r, bool may_be_self) {
-  SYNCMEM_EXPECTS(r >= 0 && r < c.size(),
-                  fmt::format("{}: {}: {} is {}: valid range is [0, {})", c.to_string(), name, what, r, c.size()));
-  SYNCMEM_EXPECTS(may_be_self || r != c.rank(),
-                  fmt::format("{}: {}: {} is {}, this rank itself: give another rank", c.to_string(), name, what, r));
-}
-
-std::size_t checked_bytes(const communicator& c, const char* name, std::size_t count, dtype type,
-                          std::size_t times = 1) {
-  const std::size_t limit = std::numeric_limits<std::size_t>::max() / size_of(type) / times;
-  SYNCMEM_EXPECTS(count <= limit, fmt::format("{}: {}: count {} of {} overflows the size of memory", c.to_string(),
-                                              name, count, to_string(type)));
-  return count * size_of(type) * times;
-}
-
-// A raw pointer of `bytes`: device (or managed) memory of the rank's device,
-// within its allocation.
-void check_pointer(const communicator& c, const char* name, const char* arg, const void* p, std::size_t bytes) {
-  if (bytes == 0) return;
-  SYNCMEM_EXPECTS(p != nullptr, fmt::format("{}: {}: {} is null for {} bytes: give device memory of {}", c.to_string(),
-                                            name, arg, bytes, to_string(c.device())));
-  const auto a = get_pointer_attributes(p);
-  const bool ok = (a.kind == memory_kind::device && a.device == c.device()) || a.kind == memory_kind::managed;
-  SYNCMEM_EXPECTS(
-      ok, fmt::format("{}: {}: {} ({}) is {} memory{}, expected device memory of {}", c.to_string(), name, arg, p,
-                      to_string(a.kind), a.device ? " of " + to_string(*a.device) : "", to_string(c.device())));
-  if (a.size != 0) {
-    const auto* begin = static_cast<const std::byte*>(p);
-    const auto* end = static_cast<const std::byte*>(a.base) + a.size;
-    SYNCMEM_EXPECTS(begin + bytes <= end,
-                    fmt::format("{}: {}: {} ({}) has {} bytes left in its allocation, the call needs {}", c.to_string(),
-                                name, arg, p, end - begin, bytes));
-  }
-}
-
-// [a, a + an) and [b, b + bn) either coincide at `same_at` (b == a + same_at) or are disjoint.
-void check_overlap(const communicator& c, const char* name, const void* a, std::size_t an, const void* b,
-                   std::size_t bn, std::size_t same_at, const char* in_place) {
-  if (an == 0 || bn == 0) return;
-  const auto* x = static_cast<const std::byte*>(a);
-  const auto* y = static_cast<const std::byte*>(b);
-  if (y == x + same_at) return;
-  SYNCMEM_EXPECTS(x + an <= y || y + bn <= x,
-                  fmt::format("{}: {}: send and recv overlap; in place means {}", c.to_string(), name, in_place));
-}
-
-// Orders the device_buffers a call uses on `s` with their own streams, both
-// ways; each stream once, however many of the buffers it holds.
-class buffer_order {
- public:
-  buffer_order(std::initializer_list<const device_buffer*> buffers, stream_view s, device_id device)
-      : s_{s}, device_{device} {
-    for (const device_buffer* b : buffers) {
-      const auto own = b->stream();
-      if (!own || *own == s || std::find(own_.begin(), own_.end(), *own) != own_.end()) continue;
-      own_.push_back(*own);
-      event before{device};
-      before.record(*own);
-      s.wait(before);
-    }
-  }
-  buffer_order(const buffer_order&) = delete;
-  buffer_order& operator=(const buffer_order&) = delete;
-  ~buffer_order() = default;
-  // After the call: the buffers' streams wait for it once it is on `s`
-  // (at the end of the thread's nccl::group, if one is open).
-  void done() const {
-    if (own_.empty()) return;
-    detail::after_enqueued([device = device_, s = s_, own = own_] {
-      event after{device};
-      after.record(s);
-      for (const stream_view o : own) o.wait(after);
-    });
-  }
-
- private:
-  stream_view s_;
-  device_id device_;
-  std::vector<stream_view> own_;
-};
-
-std::size_t elements(const communicator& c, const char* name, const char* arg, const device_buffer& b, dtype type) {
-  if (b.size() > 0) {
-    const auto* resource = b.memory_resource();
-    SYNCMEM_EXPECTS(resource != nullptr && resource->device() == c.device(),
-                    fmt::format("{}: {}: {} is {}, expected a buffer of {}", c.to_string(), name, arg, b.to_string(),
-                                to_string(c.device())));
-  }
-  SYNCMEM_EXPECTS(b.size() % size_of(type) == 0,
-                  fmt::format("{}: {}: {} has {} bytes, not a whole number of {} elements ({} bytes each)",
-                              c.to_string(), name, arg, b.size(), to_string(type), size_of(type)));
-  return b.size() / size_of(type);
-}
-
-void check_tensor(const communicator& c, const char* name, const char* arg, const tensor& t) {
-  SYNCMEM_EXPECTS(t.has_storage(), fmt::format("{}: {}: {} has no storage", c.to_string(), name, arg));
-  SYNCMEM_EXPECTS(t.device() == c.device(), fmt::format("{}: {}: {} is {}, expected a tensor on {}", c.to_string(),
-                                                        name, arg, t.to_string(), to_string(c.device())));
-}
-
-void check_same_dtype(const communicator& c, const char* name, const tensor& send, const tensor& recv) {
-  SYNCMEM_EXPECTS(send.dtype() == recv.dtype(),
-                  fmt::format("{}: {}: recv is {}, expected {} (send's dtype)", c.to_string(), name,
-                              to_string(recv.dtype()), to_string(send.dtype())));
-}
-
-// The shapes of `size` stacked `part`s: (size × n, ...) and (size, n, ...).
-std::pair<shape, shape> stacked(const shape& part, int size) {
-  std::vector<std::int64_t> outer{size};
-  const auto e = part.extents();
-  outer.insert(outer.end(), e.begin(), e.end());
-  shape merged{outer};
-  if (part.num_axes() > 0) merged = part.with_extent(0, part[0] * size);
-  return {merged, shape{outer}};
-}
-
-void check_stacked(const communicator& c, const char* name, const char* whole_arg, const tensor& whole,
-                   const char* part_arg, const tensor& part) {
-  const auto [merged, outer] = stacked(part.shape(), c.size());
-  SYNCMEM_EXPECTS(whole.shape() == merged || whole.shape() == outer,
-                  fmt::format("{}: {}: {} has shape {}, expected {} or {} ({} ranks of {}'s shape {})", c.to_string(),
-                              name, whole_arg, whole.shape().to_string(), merged.to_string(), outer.to_string(),
-                              c.size(), part_arg, part.shape().to_string()));
-}
-
-void check_tensor_overlap(const communicator& c, const char* name, const tensor& send, const tensor& recv,
-                          std::size_t same_at, const char* in_place) {
-  if (!send.shares_storage_with(recv)) return;
-  const std::size_t a = send.storage_offset();
-  const std::size_t b = recv.storage_offset();
-  if (send.nbytes() == 0 || recv.nbytes() == 0 || b == a + same_at) return;
-  SYNCMEM_EXPECTS(
-      a + send.nbytes() <= b || b + recv.nbytes() <= a,
-      fmt::format("{}: {}: send and recv overlap in one storage; in place means {}", c.to_string(), name, in_place));
-}
-
-}  // namespace
+using detail::elements;
 
 // ==== raw device memory ===========================================================
 
@@ -753,7 +526,7 @@ void communicator::register_segments(mr::caching_resource& resource) {
     SYNCMEM_EXPECTS(r != &resource,
                     fmt::format("{}: register_segments: {} is registered already", st.name(), resource.name()));
   }
-  auto registrar = std::make_shared<segment_registrar>(*st.backend, st.name());
+  auto registrar = std::make_shared<detail::segment_registrar>(*st.backend, st.name());
   st.registered.emplace_back(&resource, registrar);
   try {
     resource.add_segment_observer(registrar);
