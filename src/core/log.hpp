@@ -1,9 +1,9 @@
 #pragma once
 
 // The library's logger: spdlog, named "syncmem", writing to stderr. Its level
-// comes from SYNCMEM_LOG_LEVEL (trace, debug, info, warn, error, off; default
-// warn). The logger is never destroyed, so that objects destroyed after main()
-// can still report.
+// comes from SYNCMEM_LOG_LEVEL (trace, debug, info, warn, error, critical, off;
+// default warn; another value is reported and leaves it at warn). The logger
+// is never destroyed, so that objects destroyed after main() can still report.
 
 #include <exception>
 #include <utility>
