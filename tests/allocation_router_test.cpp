@@ -116,5 +116,40 @@ TYPED_TEST(AllocationRouter, ACaptureComesBeforeAScopeAndReachesAPoolsOwnResourc
   EXPECT_FALSE(find_route(captured, false).has_value());
 }
 
+TYPED_TEST(AllocationRouter, AFilterRoutesTheStreamsItAcceptsToAPoolNewestFirst) {
+  mr::pool filtered_pool{this->dev(), mr::pool_options{.use_on_oom_only = true}};
+  mr::pool scoped_pool{this->dev()};
+  stream accepted{this->dev()};
+  stream refused{this->dev()};
+  const void* accepted_handle = accepted.view().native_handle();
+  const auto filter = detail::add_filtered_route(
+      this->dev(), [accepted_handle](CUstream_st* h) { return h == accepted_handle; }, &filtered_pool, true);
+
+  const auto hit = find_route(accepted, false);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->pool, &filtered_pool);
+  EXPECT_TRUE(hit->on_oom_only);
+  EXPECT_FALSE(find_route(refused, false).has_value());
+  EXPECT_FALSE(find_route(accepted, true).has_value()) << "a pool's own resource was routed to a pool";
+  EXPECT_EQ(thread_route(this->dev()), nullptr) << "a filter is not a scope of this thread";
+
+  // Another thread's allocations on the accepted stream: the filter decides, not the thread.
+  std::optional<detail::route_match> from_other;
+  std::thread other{[&] { from_other = find_route(accepted, false); }};
+  other.join();
+  ASSERT_TRUE(from_other.has_value());
+  EXPECT_EQ(from_other->pool, &filtered_pool);
+
+  // A scope opened after the filter is newer: it wins on this thread.
+  const auto scope = add_thread_route(this->dev(), &scoped_pool, false);
+  EXPECT_EQ(find_route(accepted, false)->pool, &scoped_pool);
+  EXPECT_EQ(find_route(refused, false)->pool, &scoped_pool);
+  EXPECT_TRUE(remove_thread_route(scope));
+  EXPECT_EQ(find_route(accepted, false)->pool, &filtered_pool);
+
+  detail::remove_filtered_route(filter);
+  EXPECT_FALSE(find_route(accepted, false).has_value());
+}
+
 }  // namespace
 }  // namespace syncmem::test

@@ -55,8 +55,10 @@ registry& routes() {
   return *r;
 }
 
-// This thread's scopes, so that a thread without any skips the lock.
+// This thread's scopes, and the routes of any thread that filter streams to a
+// pool: an allocation with neither skips the lock.
 thread_local int thread_scopes = 0;
+std::atomic<int> filtered_pool_routes{0};
 
 unsigned long long sequence_of(stream_view s) {
   device_guard guard{s.device()};
@@ -148,7 +150,9 @@ std::optional<capture_info> capture_on(stream_view s) {
     std::lock_guard lock{r.mutex};
     for (const auto& x : r.routes) {
       if (x->kind == route::which::captured_stream && x->stream == key_of(s)) return x->capture;
-      if (x->kind == route::which::filtered_streams && x->device == s.device()) filtered.push_back(x);
+      if (x->kind == route::which::filtered_streams && x->pool == nullptr && x->device == s.device()) {
+        filtered.push_back(x);
+      }
     }
   }
   // Asked outside the lock: a filter may call into the driver, or back into syncmem.
@@ -209,19 +213,55 @@ mr::pool* thread_route(device_id device) noexcept {
   return nullptr;
 }
 
+// ---- pools of other libraries --------------------------------------------------------------------------
+
+std::uint64_t add_filtered_route(device_id device, stream_filter covers, mr::pool* pool, bool on_oom_only) {
+  route x;
+  x.kind = route::which::filtered_streams;
+  x.device = device;
+  x.covers = std::move(covers);
+  x.pool = pool;
+  x.on_oom_only = on_oom_only;
+  const std::uint64_t number = add(routes(), std::move(x));
+  filtered_pool_routes.fetch_add(1, std::memory_order_acq_rel);
+  return number;
+}
+
+void remove_filtered_route(std::uint64_t number) noexcept {
+  auto& r = routes();
+  std::lock_guard lock{r.mutex};
+  const auto removed = remove_locked(r, [&](const route& x) {
+    return x.kind == route::which::filtered_streams && x.pool != nullptr && x.number == number;
+  });
+  if (removed) filtered_pool_routes.fetch_sub(1, std::memory_order_acq_rel);
+}
+
 // ---- the one question -------------------------------------------------------------------------------
 
 std::optional<route_match> find_route(stream_view s, bool captures_only) {
   if (!routes_open()) return std::nullopt;
   if (auto capture = capture_on(s)) return route_match{std::move(capture), nullptr, false};
-  if (captures_only || thread_scopes == 0) return std::nullopt;
-  auto& r = routes();
-  std::lock_guard lock{r.mutex};
-  const auto self = std::this_thread::get_id();
-  for (auto it = r.routes.rbegin(); it != r.routes.rend(); ++it) {
-    const route& x = **it;
-    if (x.kind == route::which::thread && x.thread == self && x.device == s.device()) {
-      return route_match{std::nullopt, x.pool, x.on_oom_only};
+  if (captures_only || (thread_scopes == 0 && filtered_pool_routes.load(std::memory_order_acquire) == 0)) {
+    return std::nullopt;
+  }
+  // Routes to pools, newest first: this thread's scopes, and filters.
+  std::vector<std::shared_ptr<const route>> candidates;
+  {
+    auto& r = routes();
+    std::lock_guard lock{r.mutex};
+    const auto self = std::this_thread::get_id();
+    for (auto it = r.routes.rbegin(); it != r.routes.rend(); ++it) {
+      const route& x = **it;
+      if (x.pool == nullptr || x.device != s.device()) continue;
+      if (x.kind == route::which::thread && x.thread != self) continue;
+      if (x.kind == route::which::thread && candidates.empty()) return route_match{std::nullopt, x.pool, x.on_oom_only};
+      candidates.push_back(*it);
+    }
+  }
+  // Filters are asked outside the lock, as capture_on's.
+  for (const auto& x : candidates) {
+    if (x->kind == route::which::thread || x->covers(s.native_handle())) {
+      return route_match{std::nullopt, x->pool, x->on_oom_only};
     }
   }
   return std::nullopt;

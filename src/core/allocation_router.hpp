@@ -9,9 +9,11 @@
 // - a capture another library begins (PyTorch's beginAllocateToPool) takes
 //   the allocations on the streams its filter accepts, for its graph_pool;
 // - an mr::use_pool scope takes the allocations of the thread that opened it,
-//   for its pool (on out of memory only, if the pool says so).
+//   for its pool (on out of memory only, if the pool says so);
+// - a filter another library gives takes the allocations on the streams it
+//   accepts, for a pool (PyTorch's MemPool).
 // Captures come first, since a graph's memory must stay its own; then the
-// thread's scopes, innermost first.
+// routes to pools, newest (innermost) first.
 
 #include <atomic>
 #include <cstdint>
@@ -51,5 +53,14 @@ inline std::atomic<int> open_routes{0};
 bool remove_thread_route(std::uint64_t number) noexcept;
 // The pool of this thread's innermost scope on `device`, or nullptr.
 [[nodiscard]] mr::pool* thread_route(device_id device) noexcept;
+
+// A pool of another library (PyTorch's MemPool under use_mem_pool): the
+// allocations on `device` whose stream `covers` accepts go to `pool`, newest
+// such route first, with this thread's scopes. `covers` is asked on the
+// allocating thread, outside the router's lock (PyTorch's filters compare
+// the thread). Returns the route's number for remove_filtered_route.
+[[nodiscard]] std::uint64_t add_filtered_route(device_id device, stream_filter covers, mr::pool* pool,
+                                               bool on_oom_only);
+void remove_filtered_route(std::uint64_t number) noexcept;
 
 }  // namespace syncmem::detail
