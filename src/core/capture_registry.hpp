@@ -1,9 +1,9 @@
 #pragma once
 
-// The captures begun by syncmem::begin_capture, by stream, each with the
-// graph_pool its allocations come from; and the state of a graph_pool. A
-// caching_resource asks it whether an allocation's stream is being captured
-// (see src/mr/caching/private_pools.hpp), cheaply when no capture is open.
+// The state of a graph_pool, and the captures whose allocations come from
+// one: registered as routes of the allocation router
+// (src/core/allocation_router.hpp), which a caching_resource asks whether an
+// allocation's stream is being captured (see src/mr/caching/private_pools.hpp).
 
 #include <atomic>
 #include <cstddef>

@@ -5,9 +5,10 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/allocation_router.hpp"
 #include "mr/caching/caching_state.hpp"
 #include "mr/caching/private_pools.hpp"
-#include "mr/caching/scoped_pools.hpp"
+#include "mr/caching/routed_blocks.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/mr/pool.hpp"
@@ -28,8 +29,8 @@ device_id checked(device_id device, const memory_resource* upstream) {
 // An allocation that a use_pool scope sends to `to` (after this resource, for
 // a pool used on out of memory only); remembered, so that its free here goes
 // back to the pool.
-void* allocate_routed(pool& to, detail::caching_state& own, std::size_t bytes, stream_view stream) {
-  if (to.options().use_on_oom_only) {
+void* allocate_routed(pool& to, bool on_oom_only, detail::caching_state& own, std::size_t bytes, stream_view stream) {
+  if (on_oom_only) {
     try {
       return own.allocate(bytes, stream);
     } catch (const out_of_memory&) {  // NOLINT(bugprone-empty-catch): the pool is the reserve for this
@@ -103,13 +104,10 @@ bool caching_resource::remove_segment_observer(const segment_observer* observer)
 }
 
 void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
-  if (syncmem::detail::captures_open()) {
-    if (void* p = private_->allocate(bytes, stream)) return p;
-  }
-  if (detail::caching::open_scopes.load(std::memory_order_acquire) > 0) {
-    pool* routed_to = detail::caching::scoped_pool(*device());
-    if (routed_to != nullptr && !detail::caching::is_pool_resource(this)) {
-      return allocate_routed(*routed_to, *state_, bytes, stream);
+  if (syncmem::detail::routes_open()) {
+    if (auto route = syncmem::detail::find_route(stream, detail::caching::is_pool_resource(this))) {
+      if (route->capture) return private_->allocate(bytes, stream, *route->capture);
+      return allocate_routed(*route->pool, route->on_oom_only, *state_, bytes, stream);
     }
   }
   return state_->allocate(bytes, stream);

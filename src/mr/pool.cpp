@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "mr/caching/scoped_pools.hpp"
+#include "mr/caching/routed_blocks.hpp"
 
 namespace syncmem::mr {
 

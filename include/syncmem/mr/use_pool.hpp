@@ -34,6 +34,8 @@
 /// syncmem::begin_capture is capturing go to the capture's graph pool first
 /// (graph_pool.hpp).
 
+#include <cstdint>
+
 #include "syncmem/device_id.hpp"
 #include "syncmem/mr/pool.hpp"
 
@@ -54,6 +56,7 @@ class use_pool {
 
  private:
   pool* pool_;
+  std::uint64_t route_;  // its route in the allocation router
 };
 
 }  // namespace syncmem::mr

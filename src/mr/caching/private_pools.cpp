@@ -127,27 +127,25 @@ void private_pool::deallocate(void* p, CUstream_st* s, std::uint64_t capture) no
 private_pools::private_pools(device_id device, memory_resource* upstream, std::string name, release_fn release)
     : device_{device}, upstream_{upstream}, name_{std::move(name)}, release_{std::move(release)} {}
 
-void* private_pools::allocate(std::size_t bytes, stream_view s) {
-  auto capture = syncmem::detail::capture_on(s);
-  if (!capture) return nullptr;
+void* private_pools::allocate(std::size_t bytes, stream_view s, const syncmem::detail::capture_info& capture) {
   std::shared_ptr<private_pool> pool;
   {
     std::lock_guard lock{mutex_};
-    if (auto it = by_pool_.find(capture->pool->id); it != by_pool_.end()) pool = it->second.lock();
+    if (auto it = by_pool_.find(capture.pool->id); it != by_pool_.end()) pool = it->second.lock();
     if (!pool) {
       std::erase_if(by_pool_, [](const auto& entry) { return entry.second.expired(); });
-      pool = std::make_shared<private_pool>(device_, upstream_, *capture->pool, name_);
-      capture->pool->hold(pool);
-      by_pool_[capture->pool->id] = pool;
+      pool = std::make_shared<private_pool>(device_, upstream_, *capture.pool, name_);
+      capture.pool->hold(pool);
+      by_pool_[capture.pool->id] = pool;
     }
   }
-  void* p = pool->allocate(bytes, s.native_handle(), capture->number);
+  void* p = pool->allocate(bytes, s.native_handle(), capture.number);
   try {
     std::lock_guard lock{mutex_};
     live_.emplace(p, pool);
     live_count_.fetch_add(1);
   } catch (...) {
-    pool->deallocate(p, s.native_handle(), capture->number);
+    pool->deallocate(p, s.native_handle(), capture.number);
     throw;
   }
   return p;

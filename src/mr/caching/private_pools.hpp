@@ -36,6 +36,7 @@
 #include "syncmem/stream.hpp"
 
 namespace syncmem::detail {
+struct capture_info;
 struct graph_pool_state;
 struct graph_pool_usage;
 }  // namespace syncmem::detail
@@ -88,9 +89,8 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   private_pools(const private_pools&) = delete;
   private_pools& operator=(const private_pools&) = delete;
 
-  // A block from the private pool of the capture open on `s`; nullptr when
-  // syncmem::begin_capture is not capturing `s`.
-  [[nodiscard]] void* allocate(std::size_t bytes, stream_view s);
+  // A block from the private pool of `capture`, the capture open on `s`.
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_view s, const syncmem::detail::capture_info& capture);
   // Takes `p` when it is a block of a private pool, or an ordinary block freed
   // on a capturing stream (held until the capture's graphs are gone); false
   // when the cache should take it as usual.

@@ -1,20 +1,13 @@
-#include "mr/caching/scoped_pools.hpp"
+#include "mr/caching/routed_blocks.hpp"
 
-#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
-#include <vector>
-
-#include "core/log.hpp"
-#include "syncmem/mr/pool.hpp"
 
 namespace syncmem::mr::detail::caching {
 
 namespace {
-
-thread_local std::vector<pool*> scopes;  // this thread's, innermost last
 
 struct routing {
   std::mutex mutex;
@@ -28,31 +21,6 @@ routing& state() {
 }
 
 }  // namespace
-
-void push_scope(pool* p) {
-  scopes.push_back(p);
-  open_scopes.fetch_add(1);
-}
-
-void pop_scope(pool* p) noexcept {
-  const auto it = std::find(scopes.rbegin(), scopes.rend(), p);
-  if (it == scopes.rend()) return;
-  if (it != scopes.rbegin()) {
-    syncmem::detail::logger().error(
-        "mr::use_pool: a scope of a pool of {} ended before a scope made after it on the same thread; scopes must "
-        "end in reverse order",
-        to_string(p->device()));
-  }
-  scopes.erase(std::next(it).base());
-  open_scopes.fetch_sub(1);
-}
-
-pool* scoped_pool(device_id device) noexcept {
-  for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
-    if ((*it)->device() == device) return *it;
-  }
-  return nullptr;
-}
 
 void register_pool_resource(const caching_resource* r) {
   auto& s = state();
