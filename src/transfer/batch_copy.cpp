@@ -21,6 +21,7 @@
 #include "syncmem/mr/per_device_resource.hpp"
 #include "transfer/copy_internal.hpp"
 #include "transfer/host_copy_pool.hpp"
+#include "transfer/staging_pacer.hpp"
 
 namespace syncmem {
 
@@ -29,6 +30,7 @@ namespace {
 using detail::copy_side;
 using detail::event_pool;
 using detail::host_copy_pool;
+using detail::staging_pacer;
 
 // How one copy of a batch travels.
 enum class route : unsigned char {
@@ -366,7 +368,7 @@ std::vector<std::size_t> group_ends(const std::vector<staged>& ranges, const cop
     if (in_group >= limit || i + 1 == ranges.size()) {
       ends.push_back(i + 1);
       in_group = 0;
-      limit = limit > o.max_chunk / 2 ? o.max_chunk : limit * 2;
+      limit = staging_pacer::next_chunk(limit, o, staging_pacer::growth::doubling);
     }
   }
   return ends;
@@ -409,7 +411,7 @@ upload_plan plan_uploads(std::vector<staged> up, const copy_options& o) {
     p.buffer_bytes = std::max(p.buffer_bytes, used);
     in_group = 0;
     used = 0;
-    limit = limit > o.max_chunk / 2 ? o.max_chunk : limit * 2;
+    limit = staging_pacer::next_chunk(limit, o, staging_pacer::growth::doubling);
   };
   for (std::size_t i = 0; i < p.ranges.size(); ++i) {
     staged& r = p.ranges[i];
@@ -419,7 +421,7 @@ upload_plan plan_uploads(std::vector<staged> up, const copy_options& o) {
     in_group += r.bytes;
     if (in_group >= limit || i + 1 == p.ranges.size()) close(i + 1);
   }
-  p.buffers = std::min(static_cast<std::size_t>(o.staging_buffers), p.groups());
+  p.buffers = staging_pacer::ring_buffers(o, p.groups());
   for (std::size_t g = 0; g < p.groups(); ++g) {
     if (scattered(p.group(g))) p.scattered_bytes += scratch_span(p.group(g));
   }
@@ -490,7 +492,7 @@ void copy_out_downloads(std::byte* block, const std::vector<staged>& down, const
     chunks.push_back({r.at, r.bytes});
     total += r.bytes;
   }
-  const int threads = detail::download_threads(total, o);
+  const int threads = staging_pacer::download_threads(total, o);
   host_copy_pool::job job{
       host_copy_pool::instance(), host_copy_pool::job::direction::from_staging, nullptr, nullptr, chunks, threads};
   // The ranges of a group land behind one event, recorded once: one wait for them all.
@@ -528,13 +530,9 @@ void set_upload_stores(host_copy_pool::job& job, const std::vector<host_copy_poo
 // where the next group would not fit; the copy kernel scatters them after the
 // last DMA, so that the kernels hold up no DMA behind them on the stream.
 //
-// One event per group, its ranges behind one wait for it (an event
-// synchronisation costs microseconds).
-//
-// Pacing, as in staged_to_device: host copies running far ahead of the link
-// slow its DMAs, so the job drops one thread each time a group goes up while
-// the two before it are still queued, and takes all of them back as soon as
-// the link is about to run dry.
+// One event per buffer, recorded after its group's DMA, each group's ranges
+// behind one wait for it (an event synchronisation costs microseconds); the
+// host threads are paced to the link as a single upload's are (staging_pacer).
 void send_uploads(submitter& out, const upload_plan& p, std::byte* ring, const batch_block& scratch, stream_view s,
                   const copy_options& o) {
   if (p.ranges.empty()) return;
@@ -545,13 +543,14 @@ void send_uploads(submitter& out, const upload_plan& p, std::byte* ring, const b
     chunks.push_back({total, r.bytes});
     total += r.bytes;
   }
-  const int threads = detail::batch_upload_threads(total, o);
+  const int threads = staging_pacer::batch_upload_threads(total, o);
   host_copy_pool::instance().wake(threads);
+  const bool ordinary = total > detail::staging_thresholds{}.ordinary_stores_above;
+  const std::size_t count = p.buffers;
+  auto pacer = staging_pacer::batch_upload(count, threads, ordinary);  // before the job: its gates outlive it
   host_copy_pool::job job{
       host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, nullptr, chunks, threads};
-  const bool ordinary = total > detail::staging_thresholds{}.ordinary_stores_above;
   if (ordinary) set_upload_stores(job, chunks);
-  const std::size_t count = p.buffers;
   const auto buffer = [&](std::size_t g) { return ring + g % count * p.buffer_bytes; };
   const auto open = [&](std::size_t g, const event* gate) {
     job.open(p.first(g), buffer(g) + p.ranges[p.first(g)].at, gate, p.ranges[p.first(g)].user);
@@ -560,10 +559,6 @@ void send_uploads(submitter& out, const upload_plan& p, std::byte* ring, const b
     }
   };
   for (std::size_t g = 0; g < count; ++g) open(g, nullptr);
-  const bool pace = count >= 3 && !ordinary;
-  group_events sent;
-  sent.reserve(p.groups());
-  std::array<const event*, 2> previous{};  // the events of the last two groups, the latest first
   submission scatter;
   std::size_t scratch_at = 0;
   for (std::size_t g = 0; g < p.groups(); ++g) {
@@ -583,18 +578,10 @@ void send_uploads(submitter& out, const upload_plan& p, std::byte* ring, const b
       for (const staged& r : group) out.add_staged(r.device_side, buffer(g) + r.at, r.bytes);
     }
     out.flush();
-    if (pace && g >= 2) {
-      if (previous[0]->ready()) {
-        job.set_helpers(threads);
-      } else if (!previous[1]->ready()) {
-        job.set_helpers(std::max(1, job.helpers() - 1));
-      }
-    }
-    if (pace || g + count < p.groups()) {
-      const event* read = sent.record(s);
-      previous = {read, previous[0]};
-      if (g + count < p.groups()) open(g + count, read);
-    }
+    pacer.dma_enqueued(job, g % count);
+    const bool reused = g + count < p.groups();
+    const event* read = pacer.buffer_used(g % count, s, reused);
+    if (reused) open(g + count, read);
   }
   out.runner().submit(scatter);
 }
