@@ -382,86 +382,6 @@ TEST(CopyOptions, SetAndGet) {
   EXPECT_EQ(to_string(copy_path::staged_to_device), "staged_to_device");
 }
 
-// A staged copy's chunks: an upload's grow by half (rounded up to whole
-// pages), a download's double, from min_chunk up to max_chunk; together they
-// cover the copy once, in order.
-TEST(CopyChunks, UploadsGrowByHalfDownloadsDouble) {
-  const copy_options defaults;
-  std::size_t largest = 0;
-  std::vector<std::size_t> sizes;
-  for (const auto& c : detail::plan_chunks(64 * MiB, defaults, detail::chunk_growth::by_half, largest)) {
-    sizes.push_back(c.bytes / KiB);
-  }
-  EXPECT_THAT(sizes, ::testing::ElementsAre(512, 768, 1152, 1728, 2592, 3888, 4096, 4096, 4096, 4096, 4096, 4096, 4096,
-                                            4096, 4096, 4096, 4096, 4096, 4096, 1648));
-  EXPECT_EQ(largest, 4 * MiB);
-  sizes.clear();
-  for (const auto& c : detail::plan_chunks(8 * MiB, defaults, detail::chunk_growth::doubling, largest)) {
-    sizes.push_back(c.bytes / KiB);
-  }
-  EXPECT_THAT(sizes, ::testing::ElementsAre(512, 1024, 2048, 4096, 512));
-
-  auto& random = rng();
-  for (int trial = 0; trial < 300; ++trial) {
-    copy_options o;
-    o.min_chunk = 1 + random() % (2 * MiB);
-    o.max_chunk = trial % 5 == 0 ? o.min_chunk : o.min_chunk + random() % (16 * MiB);
-    const std::size_t bytes = 1 + random() % (trial % 2 == 0 ? 64 * MiB : 4 * o.max_chunk);
-    for (const auto growth : {detail::chunk_growth::by_half, detail::chunk_growth::doubling}) {
-      const auto chunks = detail::plan_chunks(bytes, o, growth, largest);
-      ASSERT_FALSE(chunks.empty());
-      std::size_t offset = 0;
-      std::size_t expected = o.min_chunk;
-      std::size_t most = 0;
-      for (std::size_t i = 0; i < chunks.size(); ++i) {
-        SCOPED_TRACE(::testing::Message() << "trial " << trial << ", chunk " << i << " of " << bytes << " bytes, min "
-                                          << o.min_chunk << ", max " << o.max_chunk);
-        ASSERT_EQ(chunks[i].offset, offset);
-        ASSERT_EQ(chunks[i].bytes, std::min(expected, bytes - offset));  // only the last one short
-        offset += chunks[i].bytes;
-        most = std::max(most, chunks[i].bytes);
-        expected = growth == detail::chunk_growth::doubling
-                       ? std::min(2 * expected, o.max_chunk)
-                       : std::min((expected + expected / 2 + 4095) / 4096 * 4096, o.max_chunk);
-      }
-      EXPECT_EQ(offset, bytes);
-      EXPECT_EQ(largest, most);
-    }
-  }
-}
-
-// A staged upload takes half as many threads again as the pool's default
-// when short or large, the default in between; a batch's uploads over the
-// ordinary-stores threshold take twice the default (their host side limits
-// them), and what the options set wins over both.
-TEST(CopyThreads, BatchUploadsOverTheThresholdTakeTwiceTheDefault) {
-  auto& random = rng();
-  for (int trial = 0; trial < 200; ++trial) {
-    const int usual = 1 + static_cast<int>(random() % 8);
-    detail::staging_thresholds t;
-    t.ordinary_stores_above = detail::more_threads_for_uploads_up_to + 1 + random() % (64 * MiB);
-    copy_options o;
-    const std::size_t short_upload = 1 + random() % detail::more_threads_for_uploads_up_to;
-    const std::size_t middle = detail::more_threads_for_uploads_up_to + 1 +
-                               random() % (t.ordinary_stores_above - detail::more_threads_for_uploads_up_to);
-    const std::size_t large = t.ordinary_stores_above + 1 + random() % (256 * MiB);
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", usual " << usual << ", threshold "
-                                      << t.ordinary_stores_above << ", middle " << middle << ", large " << large);
-    EXPECT_EQ(detail::upload_threads(short_upload, o, t, usual), usual * 3 / 2);
-    EXPECT_EQ(detail::upload_threads(middle, o, t, usual), usual);
-    EXPECT_EQ(detail::upload_threads(large, o, t, usual), usual * 3 / 2);
-    EXPECT_EQ(detail::batch_upload_threads(short_upload, o, t, usual), usual * 3 / 2);
-    EXPECT_EQ(detail::batch_upload_threads(middle, o, t, usual), usual);
-    EXPECT_EQ(detail::batch_upload_threads(t.ordinary_stores_above, o, t, usual), usual);
-    EXPECT_EQ(detail::batch_upload_threads(large, o, t, usual), usual * 2);
-    o.host_threads = 1 + static_cast<int>(random() % 16);
-    for (const std::size_t bytes : {short_upload, middle, large}) {
-      EXPECT_EQ(detail::upload_threads(bytes, o, t, usual), o.host_threads);
-      EXPECT_EQ(detail::batch_upload_threads(bytes, o, t, usual), o.host_threads);
-    }
-  }
-}
-
 // Staged copies of sizes on both sides of every size at which the engine
 // changes how it copies (more threads, ordinary stores, demoting, alternating
 // rings), scaled down with small thresholds and chunks, and with random thread
@@ -482,7 +402,7 @@ TYPED_TEST(Copy, StagedCopiesAroundEverySwitchDeliverEveryByteInOrder) {
   t.demote_downloads_up_to = 256 * KiB + random() % (64 * KiB);
   std::vector<std::size_t> sizes;
   const std::size_t switches[] = {t.demote_downloads_up_to, t.ordinary_stores_above,
-                                  detail::more_threads_for_uploads_up_to};
+                                  detail::staging_pacer::more_threads_for_uploads_up_to};
   for (const std::size_t at : switches) {
     sizes.push_back(at - random() % (16 * KiB));
     sizes.push_back(at);

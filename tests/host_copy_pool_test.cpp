@@ -185,7 +185,7 @@ TEST(HostCopyPoolJob, ToStagingWithOrdinaryStoresThroughARingOfBuffers) {
 }
 
 // Streaming stores, then ordinary ones, then ordinary ones demoted, from
-// random chunks on (the engine's large uploads: copy.cpp, "Stores").
+// random chunks on (the engine's large uploads: copy_paths.cpp, "Stores").
 TEST(HostCopyPoolJob, ToStagingWithMixedStoresThroughARingOfBuffers) {
   for (int trial = 0; trial < 4; ++trial) {
     expect_upload_through_a_ring([](std::size_t n) {

@@ -77,17 +77,18 @@ int main(int argc, char** argv) {
   const stream_view s = own;
   const copy_options options = get_copy_options();
   // As the engine: short downloads demote the staging lines they read, with
-  // more threads (copy_internal.hpp).
-  const bool demoting = !up && detail::demotes_download(bytes);
-  const int threads = up ? detail::upload_threads(bytes, options) : detail::download_threads(bytes, options);
+  // more threads (staging_pacer.hpp).
+  const bool demoting = !up && detail::staging_pacer::demotes_download(bytes);
+  const int threads = up ? detail::staging_pacer::upload_threads(bytes, options)
+                         : detail::staging_pacer::download_threads(bytes, options);
 
   std::vector<std::byte> pageable(bytes, std::byte{1});
   auto& device_memory = mr::get_per_device_resource(device);
   auto* on_device = static_cast<std::byte*>(device_memory.allocate(bytes, s));
   std::size_t largest = 0;
-  const auto chunks =
-      detail::plan_chunks(bytes, options, up ? detail::chunk_growth::by_half : detail::chunk_growth::doubling, largest);
-  const std::size_t count = std::min(static_cast<std::size_t>(options.staging_buffers), chunks.size());
+  const auto chunks = detail::staging_pacer::plan_chunks(
+      bytes, options, up ? detail::staging_pacer::growth::by_half : detail::staging_pacer::growth::doubling, largest);
+  const std::size_t count = detail::staging_pacer::ring_buffers(options, chunks.size());
   auto& staging = staging_resource(device.kind());
   auto* block = static_cast<std::byte*>(staging.allocate(count * largest, s));
   const auto buffer = [&](std::size_t c) { return block + (c % count) * largest; };

@@ -13,7 +13,7 @@
 
 #include "syncmem/copy.hpp"
 #include "syncmem/memory_kind.hpp"
-#include "transfer/host_copy_pool.hpp"
+#include "transfer/staging_pacer.hpp"
 
 namespace syncmem::detail {
 
@@ -34,9 +34,21 @@ void check_copy_extent(const void* p, std::size_t bytes, const copy_side& s, con
 void check_copy_stream(stream_view stream, const copy_side& dst, const copy_side& src);
 // Refuses options with a bad value (copy_async's check).
 void check_copy_options(const copy_options& options);
-// One copy of classified sides, by the path the table in copy.hpp gives.
+// One copy of classified sides, by the path the table in copy.hpp gives
+// (copy_classification.cpp); copy_sides copies nothing for zero bytes and
+// stages with the library's thresholds.
+[[nodiscard]] transfer dispatch_copy(void* dst, const copy_side& to, const void* src, const copy_side& from,
+                                     std::size_t bytes, stream_view stream, const copy_options& options,
+                                     const staging_thresholds& thresholds);
 [[nodiscard]] transfer copy_sides(void* dst, const copy_side& to, const void* src, const copy_side& from,
                                   std::size_t bytes, stream_view stream, const copy_options& options);
+// Memory the backend copies to and from by DMA alone, without the engine.
+[[nodiscard]] inline bool is_direct_kind(memory_kind k) noexcept {
+  return k == memory_kind::pinned_host || k == memory_kind::device;
+}
+// Whether `a` and `b` can reach each other's memory; enables peer access in
+// both directions the first time (the decision is cached, see copy.cpp).
+[[nodiscard]] bool peer_usable(device_id a, device_id b);
 // A transfer that completes with the work enqueued on `s` so far (an event
 // recorded now), or one complete at once.
 [[nodiscard]] transfer transfer_after(stream_view s, copy_path path);
@@ -97,63 +109,9 @@ void finish_completed(transfer& t) noexcept;
 // emulated device pinned is pageable to CUDA, and the other way round).
 [[nodiscard]] memory_kind host_memory_kind_for(const void* p, device_kind backend);
 
-// Which staged copies get the engine's two treatments for caches. The library
-// always copies with the defaults; tests and the benchmarks that measure the
-// treatments (engine-streaming, engine-ordinary in bench/transfers.cpp) pass
-// others to copy_async_with.
-struct staging_thresholds {
-  // Uploads larger than this write their middle chunks with ordinary stores,
-  // which leave the DMAs beside them at full speed (transfer/h2d against
-  // engine-streaming, bench/results/h200).
-  std::size_t ordinary_stores_above = std::size_t{32} << 20;
-  // Downloads up to this demote the staging lines they read, which would slow
-  // the next download's first DMAs; larger ones, limited by their copy-out,
-  // alternate between two rings instead (transfer/d2h, bench/results/h200).
-  std::size_t demote_downloads_up_to = std::size_t{16} << 20;
-};
-
 // copy_async with thresholds other than the library's.
 [[nodiscard]] transfer copy_async_with(void* dst, const void* src, std::size_t bytes, stream_view stream,
                                        const copy_options& options, const staging_thresholds& thresholds);
-
-// How the chunks of a staged copy grow from copy_options::min_chunk to
-// max_chunk: uploads by half (each chunk one and a half times the one before
-// it, rounded up to whole pages), downloads and copies between devices by
-// doubling (see staged_to_device in copy.cpp).
-enum class chunk_growth { doubling, by_half };
-
-// How a staged copy of `bytes` bytes is cut into chunks with `options` (see
-// copy_options); `largest` is set to the largest chunk. Shared with the
-// timeline tool (bench/tuning/transfer_timeline.cpp).
-[[nodiscard]] std::vector<host_copy_pool::job::chunk> plan_chunks(std::size_t bytes, const copy_options& options,
-                                                                  chunk_growth growth, std::size_t& largest);
-
-// Uploads up to this size copy into their staging with half as many threads
-// again as the default, so that one late thread does not hold up the chunk the
-// link waits for (transfer/h2d at 1 MiB, bench/results/h200).
-inline constexpr std::size_t more_threads_for_uploads_up_to = std::size_t{4} << 20;
-
-// How many threads, the caller included, copy a staged upload of `bytes`
-// bytes into its staging (upload_threads) or out of it (download_threads):
-// what the options set, else `usual` (the pool's default), half as many
-// again for uploads up to more_threads_for_uploads_up_to or larger than
-// staging_thresholds::ordinary_stores_above and for downloads that demote.
-// Shared with the timeline tool.
-[[nodiscard]] int upload_threads(std::size_t bytes, const copy_options& options,
-                                 const staging_thresholds& thresholds = {},
-                                 int usual = host_copy_pool::default_threads()) noexcept;
-// The same for the uploads of a batch (batch_copy.cpp), `bytes` of them in
-// all: twice `usual` when they are larger than ordinary_stores_above.
-[[nodiscard]] int batch_upload_threads(std::size_t bytes, const copy_options& options,
-                                       const staging_thresholds& thresholds = {},
-                                       int usual = host_copy_pool::default_threads()) noexcept;
-[[nodiscard]] int download_threads(std::size_t bytes, const copy_options& options,
-                                   const staging_thresholds& thresholds = {},
-                                   int usual = host_copy_pool::default_threads()) noexcept;
-
-// Whether a staged download of `bytes` bytes demotes the staging lines it
-// reads. Shared with the timeline tool.
-[[nodiscard]] bool demotes_download(std::size_t bytes, const staging_thresholds& thresholds = {}) noexcept;
 
 // DMAs that staged uploads have enqueued in this process, merged ones counted
 // once (for tests).

@@ -156,7 +156,7 @@ class host_copy_pool::job {
   // The same for a gather into staging (to_staging) or a scatter out of it
   // (from_staging) of many small ranges: the user's side of chunk `c` is
   // `user` rather than the job's range at the chunk's offset (a batch of
-  // copies makes each of its ranges a chunk; see batch_copy.cpp).
+  // copies makes each of its ranges a chunk; see batch_execution.cpp).
   void open(std::size_t c, std::byte* staging, const event* gate, std::byte* user);
   // Opens chunk `c` (c > 0) behind the wait of chunk c - 1: the same record
   // of the same gate, waited for once for both, as a batch puts a group of
@@ -173,7 +173,7 @@ class host_copy_pool::job {
   void stop() noexcept;
   // How many pool threads may work on the job from now on (clamped to the
   // number it was made with, less the caller): threads beyond it leave after
-  // their piece. For pacing the host copies to the link (see copy.cpp).
+  // their piece. For pacing the host copies to the link (see staging_pacer.hpp).
   void set_helpers(int helpers) noexcept;
   // How a to_staging job writes its staging (set before the first chunk is
   // opened): the chunks before `ordinary_from` with streaming stores

@@ -1,0 +1,88 @@
+#include "transfer/staging_pacer.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "core/event_pool.hpp"
+
+namespace syncmem::detail {
+
+event_slots::~event_slots() {
+  for (auto& e : slots_) {
+    if (!e) continue;
+    if (completed_) {
+      event_pool::instance().release_completed(std::move(*e));
+    } else {
+      event_pool::instance().release(std::move(*e));
+    }
+  }
+}
+
+namespace {
+// One and a half times `n`, rounded up to whole pages, at most `most`.
+std::size_t grow_by_half(std::size_t n, std::size_t most) {
+  constexpr std::size_t page = 4096;
+  constexpr std::size_t largest_safe = (std::numeric_limits<std::size_t>::max() - page) / 3 * 2;
+  if (n >= most || n >= largest_safe) return most;
+  return std::min(most, (n + n / 2 + page - 1) / page * page);
+}
+}  // namespace
+
+std::size_t staging_pacer::next_chunk(std::size_t bytes, const copy_options& o, growth g) noexcept {
+  if (g == growth::doubling) return bytes > o.max_chunk / 2 ? o.max_chunk : bytes * 2;
+  return grow_by_half(bytes, o.max_chunk);
+}
+
+// Chunks that start at min_chunk and grow up to max_chunk.
+std::vector<staging_pacer::chunk> staging_pacer::plan_chunks(std::size_t bytes, const copy_options& o, growth g,
+                                                             std::size_t& largest) {
+  std::vector<chunk> chunks;
+  largest = 0;
+  std::size_t next = o.min_chunk;
+  for (std::size_t offset = 0; offset < bytes;) {
+    const std::size_t n = std::min(next, bytes - offset);
+    chunks.push_back({offset, n});
+    largest = std::max(largest, n);
+    offset += n;
+    next = next_chunk(next, o, g);
+  }
+  return chunks;
+}
+
+std::size_t staging_pacer::ring_buffers(const copy_options& o, std::size_t chunks) noexcept {
+  return std::min(static_cast<std::size_t>(o.staging_buffers), chunks);
+}
+
+bool staging_pacer::demotes_download(std::size_t bytes, const staging_thresholds& t) noexcept {
+  return bytes <= t.demote_downloads_up_to;
+}
+
+// Short uploads, uploads with ordinary stores and demoting downloads copy with
+// half as many threads again as the default (see staged_to_device and
+// staged_to_host in copy_paths.cpp), unless the options set a number: at most
+// three quarters of the cores.
+int staging_pacer::upload_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
+                                  int usual) noexcept {
+  if (o.host_threads > 0) return o.host_threads;
+  return bytes <= more_threads_for_uploads_up_to || bytes > t.ordinary_stores_above ? usual * 3 / 2 : usual;
+}
+
+// A batch's uploads larger than that gather their many ranges with every
+// thread the pool may have (twice the default: every core of a machine of up
+// to 16), as their host side, not the link, limits them (docs/transfers.md).
+int staging_pacer::batch_upload_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
+                                        int usual) noexcept {
+  if (o.host_threads > 0) return o.host_threads;
+  return bytes > t.ordinary_stores_above ? usual * 2 : upload_threads(bytes, o, t, usual);
+}
+
+int staging_pacer::download_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
+                                    int usual) noexcept {
+  if (o.host_threads > 0) return o.host_threads;
+  return demotes_download(bytes, t) ? usual * 3 / 2 : usual;
+}
+
+}  // namespace syncmem::detail

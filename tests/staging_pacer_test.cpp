@@ -1,0 +1,251 @@
+// ctest-labels: threaded
+// The pacing of staged copies: how they are cut into chunks and how many
+// threads copy them, and, on a stream held on a latch, how a paced upload
+// drops threads and merges chunks while its DMAs are queued, takes every
+// thread back once the link is about to run dry, and reopens a buffer only
+// behind the DMA that read it.
+#include "transfer/staging_pacer.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "device_ops.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/mr/per_device_resource.hpp"
+#include "syncmem/mr/pinned_resource.hpp"
+#include "syncmem/stream.hpp"
+#include "test_support.hpp"
+#include "transfer/host_copy_pool.hpp"
+
+namespace syncmem::test {
+namespace {
+
+using detail::host_copy_pool;
+using pacer = detail::staging_pacer;
+using job = host_copy_pool::job;
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = 1024 * KiB;
+
+// A staged copy's chunks: an upload's grow by half (rounded up to whole
+// pages), a download's double, from min_chunk up to max_chunk; together they
+// cover the copy once, in order.
+TEST(StagingPacerPlan, UploadsGrowByHalfDownloadsDouble) {
+  const copy_options defaults;
+  std::size_t largest = 0;
+  std::vector<std::size_t> sizes;
+  for (const auto& c : pacer::plan_chunks(64 * MiB, defaults, pacer::growth::by_half, largest)) {
+    sizes.push_back(c.bytes / KiB);
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(512, 768, 1152, 1728, 2592, 3888, 4096, 4096, 4096, 4096, 4096, 4096, 4096,
+                                            4096, 4096, 4096, 4096, 4096, 4096, 1648));
+  EXPECT_EQ(largest, 4 * MiB);
+  sizes.clear();
+  for (const auto& c : pacer::plan_chunks(8 * MiB, defaults, pacer::growth::doubling, largest)) {
+    sizes.push_back(c.bytes / KiB);
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(512, 1024, 2048, 4096, 512));
+
+  auto& random = rng();
+  for (int trial = 0; trial < 300; ++trial) {
+    copy_options o;
+    o.min_chunk = 1 + random() % (2 * MiB);
+    o.max_chunk = trial % 5 == 0 ? o.min_chunk : o.min_chunk + random() % (16 * MiB);
+    const std::size_t bytes = 1 + random() % (trial % 2 == 0 ? 64 * MiB : 4 * o.max_chunk);
+    for (const auto growth : {pacer::growth::by_half, pacer::growth::doubling}) {
+      const auto chunks = pacer::plan_chunks(bytes, o, growth, largest);
+      ASSERT_FALSE(chunks.empty());
+      std::size_t offset = 0;
+      std::size_t expected = o.min_chunk;
+      std::size_t most = 0;
+      for (std::size_t i = 0; i < chunks.size(); ++i) {
+        SCOPED_TRACE(::testing::Message() << "trial " << trial << ", chunk " << i << " of " << bytes << " bytes, min "
+                                          << o.min_chunk << ", max " << o.max_chunk);
+        ASSERT_EQ(chunks[i].offset, offset);
+        ASSERT_EQ(chunks[i].bytes, std::min(expected, bytes - offset));  // only the last one short
+        offset += chunks[i].bytes;
+        most = std::max(most, chunks[i].bytes);
+        expected = growth == pacer::growth::doubling
+                       ? std::min(2 * expected, o.max_chunk)
+                       : std::min((expected + expected / 2 + 4095) / 4096 * 4096, o.max_chunk);
+      }
+      EXPECT_EQ(offset, bytes);
+      EXPECT_EQ(largest, most);
+    }
+  }
+}
+
+// A staged upload takes half as many threads again as the pool's default
+// when short or large, the default in between; a batch's uploads over the
+// ordinary-stores threshold take twice the default (their host side limits
+// them), and what the options set wins over both.
+TEST(StagingPacerThreads, BatchUploadsOverTheThresholdTakeTwiceTheDefault) {
+  auto& random = rng();
+  for (int trial = 0; trial < 200; ++trial) {
+    const int usual = 1 + static_cast<int>(random() % 8);
+    detail::staging_thresholds t;
+    t.ordinary_stores_above = pacer::more_threads_for_uploads_up_to + 1 + random() % (64 * MiB);
+    copy_options o;
+    const std::size_t short_upload = 1 + random() % pacer::more_threads_for_uploads_up_to;
+    const std::size_t middle = pacer::more_threads_for_uploads_up_to + 1 +
+                               random() % (t.ordinary_stores_above - pacer::more_threads_for_uploads_up_to);
+    const std::size_t large = t.ordinary_stores_above + 1 + random() % (256 * MiB);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", usual " << usual << ", threshold "
+                                      << t.ordinary_stores_above << ", middle " << middle << ", large " << large);
+    EXPECT_EQ(pacer::upload_threads(short_upload, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(pacer::upload_threads(middle, o, t, usual), usual);
+    EXPECT_EQ(pacer::upload_threads(large, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(pacer::batch_upload_threads(short_upload, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(pacer::batch_upload_threads(middle, o, t, usual), usual);
+    EXPECT_EQ(pacer::batch_upload_threads(t.ordinary_stores_above, o, t, usual), usual);
+    EXPECT_EQ(pacer::batch_upload_threads(large, o, t, usual), usual * 2);
+    o.host_threads = 1 + static_cast<int>(random() % 16);
+    for (const std::size_t bytes : {short_upload, middle, large}) {
+      EXPECT_EQ(pacer::upload_threads(bytes, o, t, usual), o.host_threads);
+      EXPECT_EQ(pacer::batch_upload_threads(bytes, o, t, usual), o.host_threads);
+    }
+  }
+}
+
+// The ring holds as many buffers as the options give, but never more than
+// the copy has chunks; each chunk after the first grows from the one before.
+TEST(StagingPacerPlan, TheRingHoldsNoMoreBuffersThanChunks) {
+  auto& random = rng();
+  for (int trial = 0; trial < 200; ++trial) {
+    copy_options o;
+    o.staging_buffers = 1 + static_cast<int>(random() % 64);
+    const std::size_t chunks = 1 + random() % 100;
+    EXPECT_EQ(pacer::ring_buffers(o, chunks), std::min(static_cast<std::size_t>(o.staging_buffers), chunks));
+    o.min_chunk = 1 + random() % MiB;
+    o.max_chunk = o.min_chunk + random() % (8 * MiB);
+    std::size_t largest = 0;
+    const auto plan = pacer::plan_chunks(8 * o.max_chunk, o, pacer::growth::doubling, largest);
+    for (std::size_t i = 1; i + 1 < plan.size(); ++i) {
+      ASSERT_EQ(plan[i].bytes, pacer::next_chunk(plan[i - 1].bytes, o, pacer::growth::doubling));
+    }
+  }
+}
+
+template <class Kind>
+class StagingPacer : public device_test<Kind> {};
+TYPED_TEST_SUITE(StagingPacer, device_kinds, device_kind_names);
+
+// With the stream held, no DMA completes: from the third DMA on, each one
+// takes a thread from the job (down to the caller and one helper), and a
+// chunk that fills its buffer goes with the next one unless that starts the
+// ring again or is past the end. Once the stream has run, the link is about
+// to run dry: the job gets every thread back, and nothing is merged unless
+// the next chunk is already copied. Fewer than three buffers, or an upload
+// with ordinary stores, keep every thread.
+TYPED_TEST(StagingPacer, AnUploadDropsThreadsWhileTwoDmasAreQueued) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  stream s{this->dev()};
+  constexpr int threads = 6;
+  constexpr std::size_t buffers = 4, chunks = 12;
+  std::vector<std::byte> src(chunks * 4096), dst(chunks * 4096);
+  std::vector<job::chunk> plan;
+  for (std::size_t c = 0; c < chunks; ++c) plan.push_back({c * 4096, 4096});
+  job j{host_copy_pool::instance(), job::direction::host_to_host, dst.data(), src.data(), plan, threads};
+  auto paced = pacer::upload(buffers, threads, false);
+  auto ordinary = pacer::upload(buffers, threads, true);
+  auto short_ring = pacer::upload(2, threads, false);
+  job other{host_copy_pool::instance(), job::direction::host_to_host, dst.data(), src.data(), plan, threads};
+  EXPECT_EQ(j.helpers(), threads - 1);
+  {
+    stream_latch hold{s};
+    std::vector<int> helpers;
+    for (std::size_t d = 0; d < 7; ++d) {
+      if (d == 2) {  // two DMAs queued
+        EXPECT_TRUE(paced.carries_next(j, 1, chunks, true));
+        EXPECT_FALSE(paced.carries_next(j, 1, chunks, false)) << "a chunk short of its buffer is not merged";
+        EXPECT_FALSE(paced.carries_next(j, buffers - 1, chunks, true)) << "the next chunk starts the ring again";
+        EXPECT_FALSE(paced.carries_next(j, chunks - 1, chunks, true)) << "there is no next chunk";
+        EXPECT_TRUE(ordinary.carries_next(j, 1, chunks, true)) << "ordinary stores still merge";
+        EXPECT_FALSE(short_ring.carries_next(j, 0, chunks, true)) << "two buffers are not paced";
+      }
+      if (d < 2) {
+        EXPECT_FALSE(paced.carries_next(j, d, chunks, true)) << "DMA " << d;
+      }
+      for (auto* p : {&paced, &ordinary, &short_ring}) {
+        job& on = p == &paced ? j : other;
+        p->dma_enqueued(on, d % p->buffers());
+        EXPECT_NE(p->buffer_used(d % p->buffers(), s, false) == nullptr, p != &short_ring) << "DMA " << d;
+      }
+      helpers.push_back(j.helpers());
+      EXPECT_EQ(other.helpers(), threads - 1) << "DMA " << d;
+    }
+    EXPECT_THAT(helpers, ::testing::ElementsAre(5, 5, 4, 3, 2, 1, 1));
+    EXPECT_FALSE(paced.gate(0)->ready());
+  }
+  s.synchronize();
+  EXPECT_FALSE(paced.carries_next(j, 1, chunks, true)) << "the link is idle and the next chunk not copied";
+  paced.dma_enqueued(j, 7 % buffers);
+  EXPECT_EQ(j.helpers(), threads - 1) << "the link ran dry: every thread again";
+  j.open(0, nullptr, nullptr);
+  j.open(1, nullptr, nullptr);
+  j.finish(0);
+  j.finish(1);
+  EXPECT_TRUE(paced.carries_next(j, 0, chunks, true)) << "the next chunk is copied already";
+  for (std::size_t c = 2; c < chunks; ++c) {
+    j.open(c, nullptr, nullptr);
+    j.finish(c);
+  }
+  EXPECT_EQ(dst, src);
+}
+
+// A staged upload through a ring of three pinned buffers, paced, with the
+// stream held while it starts: every chunk after the first three reopens a
+// buffer behind the event the pacer recorded after the DMA that read it, so
+// that every byte reaches the device, none overwritten in its buffer before
+// its DMA read it.
+TYPED_TEST(StagingPacer, ABufferIsReusedOnlyAfterTheDmaThatReadIt) {
+  SYNCMEM_REQUIRE_STREAM_HOLDS();
+  const device_id dev = this->dev();
+  stream s{dev};
+  const std::size_t chunk = 64 * KiB, chunks = 10 + rng()() % 10, bytes = chunks * chunk - rng()() % chunk;
+  const auto src = random_bytes(bytes);
+  std::vector<job::chunk> plan;
+  for (std::size_t at = 0; at < bytes; at += chunk) plan.push_back({at, std::min(chunk, bytes - at)});
+  mr::pinned_resource pinned{dev.kind()};
+  auto& device_memory = mr::get_per_device_resource(dev);
+  auto* ring = static_cast<std::byte*>(pinned.allocate(3 * chunk, s));
+  auto* device = static_cast<std::byte*>(device_memory.allocate(bytes, s));
+  stream_latch hold{s};
+  while_held(hold, [&] {
+    auto paced = pacer::upload(3, 4, false);
+    job j{host_copy_pool::instance(),
+          job::direction::to_staging,
+          nullptr,
+          reinterpret_cast<const std::byte*>(src.data()),
+          plan,
+          4};
+    for (std::size_t c = 0; c < 3; ++c) j.open(c, ring + c * chunk, nullptr);
+    for (std::size_t c = 0; c < plan.size(); ++c) {
+      j.finish(c);
+      {
+        device_guard guard{dev};
+        detail::backend_for(dev).memcpy_async(device + plan[c].offset, ring + (c % 3) * chunk, plan[c].bytes,
+                                              dev.index(), s.view().native_handle());
+      }
+      paced.dma_enqueued(j, c % 3);
+      const bool reused = c + 3 < plan.size();
+      const event* read = paced.buffer_used(c % 3, s, reused);
+      if (reused) j.open(c + 3, ring + (c % 3) * chunk, read);
+    }
+    return 0;
+  });
+  const auto out = read_device(s, device, bytes);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < bytes; ++i) wrong += out[i] != src[i] ? 1 : 0;
+  EXPECT_EQ(wrong, 0U);
+  s.synchronize();
+  device_memory.deallocate(device, bytes, s);
+  pinned.deallocate(ring, 3 * chunk, s);
+}
+
+}  // namespace
+}  // namespace syncmem::test
