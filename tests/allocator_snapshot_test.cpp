@@ -4,6 +4,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "test_support.hpp"
+
 namespace syncmem {
 namespace {
 
@@ -18,10 +24,11 @@ TEST(AllocatorSnapshot, WritesTheSchema) {
   mr::allocator_snapshot::segment seg;
   seg.address = 0x7f0000000000;
   seg.size = 2097152;
-  seg.stream = "0x0";
-  seg.pool = "small";
-  seg.blocks.push_back({0, 512, mr::block_state::allocated, 300, "weights", "0x0"});
-  seg.blocks.push_back({512, 2096640, mr::block_state::free, 0, "", "0x0"});
+  const stream_view legacy = detail::stream_access::make(device_id::cuda(0), nullptr);
+  seg.stream = legacy;
+  seg.pool = mr::segment_pool::small;
+  seg.blocks.push_back({0, 512, mr::block_state::allocated, 300, "weights", legacy});
+  seg.blocks.push_back({512, 2096640, mr::block_state::free, 0, "", legacy});
   snap.segments.push_back(seg);
   const auto json = nlohmann::json::parse(snap.to_json());
   const char* const expected = R"json({"format": "syncmem.snapshot/1", "device": "cuda:0",
@@ -37,6 +44,43 @@ TEST(AllocatorSnapshot, WritesTheSchema) {
   EXPECT_NE(snap.to_json(2).find('\n'), std::string::npos);
 }
 
+// Streams and pools are typed; the JSON spells them: a handle in hexadecimal,
+// "none" for no stream, the pool's name.
+TEST(AllocatorSnapshot, StreamsAndPoolsAreWrittenOnlyInTheJson) {
+  const auto handle = (test::rng()() | 1U) & ((std::uint64_t{1} << 47) - 1);  // random, never 0
+  const stream_view s = detail::stream_access::make(
+      device_id::emulated(1), reinterpret_cast<CUstream_st*>(static_cast<std::uintptr_t>(handle)));
+  mr::allocator_snapshot snap;
+  for (const auto pool : {mr::segment_pool::small, mr::segment_pool::large, mr::segment_pool::expandable}) {
+    mr::allocator_snapshot::segment seg;
+    seg.address = 0x7f0000000000 + snap.segments.size() * 0x200000;
+    seg.size = 0x200000;
+    seg.pool = pool;
+    seg.stream = pool == mr::segment_pool::expandable ? std::nullopt : std::optional{s};
+    seg.blocks.push_back({0, 1024, mr::block_state::allocated, 1000, "x", s});
+    seg.blocks.push_back({1024, 0x200000 - 1024, mr::block_state::free, 0, "", std::nullopt});
+    snap.segments.push_back(seg);
+  }
+  const auto json = nlohmann::json::parse(snap.to_json());
+  const std::string hex = fmt::format("{:#x}", handle);
+  ASSERT_EQ(json["segments"].size(), 3U);
+  EXPECT_EQ(json["segments"][0]["pool"], "small");
+  EXPECT_EQ(json["segments"][1]["pool"], "large");
+  EXPECT_EQ(json["segments"][2]["pool"], "expandable");
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(json["segments"][i]["stream"], i == 2 ? "none" : hex) << i;
+    EXPECT_EQ(json["segments"][i]["blocks"][0]["stream"], hex) << i;
+    EXPECT_EQ(json["segments"][i]["blocks"][1]["stream"], "none") << i;
+  }
+}
+
+TEST(AllocatorSnapshot, PoolsAreSpelledOut) {
+  EXPECT_EQ(mr::to_string(mr::segment_pool::small), "small");
+  EXPECT_EQ(mr::to_string(mr::segment_pool::large), "large");
+  EXPECT_EQ(mr::to_string(mr::segment_pool::expandable), "expandable");
+  EXPECT_EQ(mr::to_string(mr::segment_pool::graph), "graph");
+}
+
 TEST(AllocatorSnapshot, StatesAreSpelledOut) {
   EXPECT_EQ(mr::to_string(mr::block_state::allocated), "allocated");
   EXPECT_EQ(mr::to_string(mr::block_state::free), "free");
@@ -46,7 +90,7 @@ TEST(AllocatorSnapshot, StatesAreSpelledOut) {
 TEST(AllocatorSnapshot, LabelsThatAreNotUtf8StillMakeJson) {
   mr::allocator_snapshot snap;
   mr::allocator_snapshot::segment seg;
-  seg.blocks.push_back({0, 512, mr::block_state::allocated, 1, std::string{"bad \xff\xfe label"}, "0x0"});
+  seg.blocks.push_back({0, 512, mr::block_state::allocated, 1, std::string{"bad \xff\xfe label"}, std::nullopt});
   snap.segments.push_back(seg);
   const auto json = nlohmann::json::parse(snap.to_json());
   EXPECT_EQ(json["segments"][0]["blocks"][0]["state"], "allocated");

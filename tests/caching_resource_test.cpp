@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <thread>
@@ -270,6 +272,7 @@ TYPED_TEST(caching_test, StatisticsAreExact) {
   struct expected_state {
     std::size_t allocated = 0, requested = 0, peak_allocated = 0, peak_requested = 0;
     std::uint64_t allocations = 0, deallocations = 0;
+    std::uint64_t total_allocated = 0, total_freed = 0, total_requested = 0, total_requested_freed = 0;
   } want;
   std::vector<std::pair<void*, std::size_t>> live;
   auto& rng = test::rng();
@@ -283,6 +286,10 @@ TYPED_TEST(caching_test, StatisticsAreExact) {
     ASSERT_EQ(st.allocations, want.allocations) << "step " << step;
     ASSERT_EQ(st.deallocations, want.deallocations) << "step " << step;
     ASSERT_EQ(st.cache_hits + st.cache_misses, st.allocations) << "step " << step;
+    ASSERT_EQ(st.total_allocated_bytes, want.total_allocated) << "step " << step;
+    ASSERT_EQ(st.total_freed_bytes, want.total_freed) << "step " << step;
+    ASSERT_EQ(st.total_requested_bytes, want.total_requested) << "step " << step;
+    ASSERT_EQ(st.total_requested_freed_bytes, want.total_requested_freed) << "step " << step;
     ASSERT_GE(st.reserved_bytes, st.allocated_bytes + st.cached_bytes) << "step " << step;
     ASSERT_EQ(st.reserved_bytes, st.allocated_bytes + st.cached_bytes + st.pending_bytes) << "step " << step;
     ASSERT_GE(st.peak_reserved_bytes, st.reserved_bytes) << "step " << step;
@@ -298,12 +305,16 @@ TYPED_TEST(caching_test, StatisticsAreExact) {
       want.peak_allocated = std::max(want.peak_allocated, want.allocated);
       want.peak_requested = std::max(want.peak_requested, want.requested);
       ++want.allocations;
+      want.total_allocated += (bytes + 511) / 512 * 512;
+      want.total_requested += bytes;
     } else {
       const auto victim = rng() % live.size();
       r->deallocate(live[victim].first, live[victim].second, s);
       want.allocated -= (live[victim].second + 511) / 512 * 512;
       want.requested -= live[victim].second;
       ++want.deallocations;
+      want.total_freed += (live[victim].second + 511) / 512 * 512;
+      want.total_requested_freed += live[victim].second;
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
     }
     check(step);
@@ -314,9 +325,12 @@ TYPED_TEST(caching_test, StatisticsAreExact) {
     want.allocated -= (bytes + 511) / 512 * 512;
     want.requested -= bytes;
     ++want.deallocations;
+    want.total_freed += (bytes + 511) / 512 * 512;
+    want.total_requested_freed += bytes;
   }
   live.clear();
   check(-1);
+  EXPECT_EQ(want.total_allocated, want.total_freed);
   r->reset_peaks();
   EXPECT_EQ(r->statistics().peak_allocated_bytes, 0U);
   EXPECT_EQ(r->statistics().peak_reserved_bytes, r->statistics().reserved_bytes);
@@ -326,6 +340,119 @@ TYPED_TEST(caching_test, StatisticsAreExact) {
   EXPECT_EQ(st.cached_bytes, 0U);
   EXPECT_EQ(st.segments, 0U);
   EXPECT_EQ(st.segment_allocations, st.segment_releases);
+}
+
+// allocation_info answers what the snapshot shows of each live block, from
+// the allocating thread (its own record) and from another (the pointer map),
+// and nothing for freed blocks (in the thread's cache or the pools), addresses
+// inside a block or pointers it never handed out.
+TYPED_TEST(caching_test, AllocationInfoDescribesLiveAllocationsOnly) {
+  for (const char* conf : {"", "thread_cache_mb:0", "expandable:1", "max_split_mb:2"}) {
+    auto r = this->make(conf);
+    stream first{this->device_};
+    stream second{this->device_};
+    auto& rng = test::rng();
+    struct live_block {
+      void* p;
+      std::size_t bytes;
+      stream_view s;
+    };
+    std::vector<live_block> live;
+    std::vector<void*> freed;
+    const std::size_t recurring[] = {512, 4096, 100000, 3 * MiB};
+    for (int step = 0; step < 120; ++step) {
+      if (live.empty() || rng() % 3 != 0) {
+        const std::size_t bytes = step % 2 == 0 ? 1 + rng() % (4 * MiB) : recurring[rng() % 4];
+        const stream_view s = rng() % 2 == 0 ? stream_view{first} : stream_view{second};
+        live.push_back({r->allocate(bytes, s), bytes, s});
+        std::erase(freed, live.back().p);
+      } else {
+        const auto victim = rng() % live.size();
+        r->deallocate(live[victim].p, live[victim].bytes, live[victim].s);
+        freed.push_back(live[victim].p);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
+      }
+    }
+    // What another thread hears, asked at once (the pointer map, under the lock).
+    std::vector<std::optional<mr::live_allocation>> elsewhere(live.size());
+    std::thread{[&] {
+      for (std::size_t i = 0; i < live.size(); ++i) elsewhere[i] = r->allocation_info(live[i].p);
+    }}.join();
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const auto& [p, bytes, s] = live[i];
+      const auto info = r->allocation_info(p);
+      ASSERT_TRUE(info.has_value()) << conf << ": " << bytes << " bytes";
+      EXPECT_EQ(info->requested_bytes, bytes) << conf;
+      EXPECT_GE(info->block_bytes, (bytes + 511) / 512 * 512) << conf;
+      EXPECT_EQ(info->block_bytes % mr::caching_resource::granularity, 0U) << conf;
+      EXPECT_EQ(info->stream, s) << conf << ": the stream it was allocated on";
+      ASSERT_TRUE(elsewhere[i].has_value()) << conf << ": another thread asked";
+      EXPECT_EQ(elsewhere[i]->requested_bytes, info->requested_bytes) << conf;
+      EXPECT_EQ(elsewhere[i]->block_bytes, info->block_bytes) << conf;
+      EXPECT_EQ(elsewhere[i]->stream, info->stream) << conf;
+      EXPECT_EQ(elsewhere[i]->pool, info->pool) << conf;
+      if (info->block_bytes > 512) {
+        EXPECT_EQ(r->allocation_info(static_cast<const std::byte*>(p) + 512), std::nullopt)
+            << conf << ": an address inside a block is no allocation";
+      }
+      held += info->block_bytes;
+    }
+    EXPECT_EQ(held, r->statistics().allocated_bytes) << conf << ": block sizes are what statistics count";
+    for (void* p : freed) EXPECT_EQ(r->allocation_info(p), std::nullopt) << conf << ": freed";
+    int on_stack = 0;
+    EXPECT_EQ(r->allocation_info(&on_stack), std::nullopt);
+    EXPECT_EQ(r->allocation_info(nullptr), std::nullopt);
+    // The snapshot (caches flushed) agrees block by block.
+    const auto snap = r->snapshot();
+    for (const auto& [p, bytes, s] : live) {
+      const auto info = r->allocation_info(p);
+      ASSERT_TRUE(info.has_value()) << conf << ": still live after the snapshot";
+      const auto at = reinterpret_cast<std::uintptr_t>(p);
+      const auto seg = std::find_if(snap.segments.begin(), snap.segments.end(),
+                                    [at](const auto& g) { return at >= g.address && at < g.address + g.size; });
+      ASSERT_NE(seg, snap.segments.end()) << conf;
+      EXPECT_EQ(seg->pool, info->pool) << conf;
+      const auto blk = std::find_if(seg->blocks.begin(), seg->blocks.end(),
+                                    [&](const auto& b) { return seg->address + b.offset == at; });
+      ASSERT_NE(blk, seg->blocks.end()) << conf;
+      EXPECT_EQ(blk->state, mr::block_state::allocated) << conf;
+      EXPECT_EQ(blk->size, info->block_bytes) << conf;
+      EXPECT_EQ(blk->requested, info->requested_bytes) << conf;
+      EXPECT_EQ(blk->stream, info->stream) << conf;
+    }
+    for (const auto& [p, bytes, s] : live) {
+      r->deallocate(p, bytes, s);
+      EXPECT_EQ(r->allocation_info(p), std::nullopt) << conf << ": freed";
+    }
+  }
+}
+
+// A block freed into the thread's cache stays in the pointer map; it is no
+// live allocation, from this thread or another, until it is handed out again.
+TYPED_TEST(caching_test, AllocationInfoIgnoresBlocksInAThreadsCache) {
+  auto r = this->make();
+  stream s{this->device_};
+  const std::size_t bytes = 1 + test::rng()() % (64 << 10);
+  for (int i = 0; i < 2; ++i) r->deallocate(r->allocate(bytes, s), bytes, s);  // the second miss makes a bin
+  void* p = r->allocate(bytes, s);
+  r->deallocate(p, bytes, s);
+  void* again = r->allocate(bytes, s);
+  ASSERT_EQ(again, p);
+  const auto hits = r->statistics().thread_cache_hits;
+  r->deallocate(p, bytes, s);
+  EXPECT_EQ(r->allocation_info(p), std::nullopt);
+  std::optional<mr::live_allocation> elsewhere;
+  std::thread{[&] { elsewhere = r->allocation_info(p); }}.join();
+  EXPECT_EQ(elsewhere, std::nullopt) << "another thread, through the pointer map";
+  void* third = r->allocate(bytes, s);
+  ASSERT_EQ(third, p);
+  EXPECT_GT(r->statistics().thread_cache_hits, hits) << "the block came from the thread's cache";
+  std::thread{[&] { elsewhere = r->allocation_info(p); }}.join();
+  ASSERT_TRUE(elsewhere.has_value());
+  EXPECT_EQ(elsewhere->requested_bytes, bytes);
+  EXPECT_EQ(elsewhere->stream, stream_view{s});
+  r->deallocate(p, bytes, s);
 }
 
 TYPED_TEST(caching_test, SnapshotParsesAndFollowsTheSchema) {
@@ -656,7 +783,7 @@ TYPED_TEST(caching_test, GrowableSegmentsReuseIdlePagesInsteadOfGrowing) {
   const auto snap = r->snapshot();
   for (const auto& seg : snap.segments) {
     if (seg.size > MiB * 2) {
-      EXPECT_EQ(seg.pool, "expandable");
+      EXPECT_EQ(seg.pool, mr::segment_pool::expandable);
     }
   }
   r->deallocate(second, 20 * MiB, s);
@@ -715,12 +842,15 @@ TYPED_TEST(caching_test, GrowFromIdleTakesMidSizedRequestsFromTheRange) {
     const auto pool_of = [&](const void* p) {
       for (const auto& seg : r->snapshot().segments) {
         const auto at = reinterpret_cast<std::uintptr_t>(p);
-        if (at >= seg.address && at < seg.address + seg.size) return seg.pool;
+        if (at >= seg.address && at < seg.address + seg.size) return std::optional{seg.pool};
       }
-      return std::string{"none"};
+      return std::optional<mr::segment_pool>{};
     };
-    EXPECT_EQ(pool_of(a), from_idle ? "expandable" : "small") << mid << " bytes, grow_from_idle:" << from_idle;
-    EXPECT_EQ(pool_of(b), "small") << "256 KiB, grow_from_idle:" << from_idle;
+    const auto expected = from_idle ? mr::segment_pool::expandable : mr::segment_pool::small;
+    EXPECT_EQ(pool_of(a), expected) << mid << " bytes, grow_from_idle:" << from_idle;
+    EXPECT_EQ(pool_of(b), mr::segment_pool::small) << "256 KiB, grow_from_idle:" << from_idle;
+    EXPECT_EQ(r->allocation_info(a)->pool, expected) << "allocation_info agrees with the snapshot";
+    EXPECT_EQ(r->allocation_info(b)->pool, mr::segment_pool::small);
     EXPECT_TRUE(holds_pattern(memory_kind::device, s, a, mid, seed));
     r->deallocate(a, mid, s);
     r->deallocate(b, 256 * KiB, s);

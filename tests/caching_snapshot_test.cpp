@@ -52,8 +52,9 @@ TEST_F(caching_snapshot_test, SegmentsInAddressOrderWithTheirBlocks) {
   add(*high, 4096, block_status::pending, &pool);
   segments.emplace(high->base, std::move(high));
   segments.emplace(low->base, std::move(low));
-  const auto snap = take_snapshot({"emulated:0", "caching_resource(emulated:0)", 6144, &segments, nullptr});
-  EXPECT_EQ(snap.device, "emulated:0");
+  const auto snap =
+      take_snapshot({device_id::emulated(1), "emulated:1", "caching_resource(emulated:1)", 6144, &segments, nullptr});
+  EXPECT_EQ(snap.device, "emulated:1");
   EXPECT_EQ(snap.reserved, 6144U);
   EXPECT_EQ(snap.allocated, 1024U);
   EXPECT_EQ(snap.free, 1024U);
@@ -61,15 +62,19 @@ TEST_F(caching_snapshot_test, SegmentsInAddressOrderWithTheirBlocks) {
   EXPECT_FALSE(snap.captured_at.empty());
   ASSERT_EQ(snap.segments.size(), 2U);
   EXPECT_EQ(snap.segments[0].address, 0x10000000U);
-  EXPECT_EQ(snap.segments[0].pool, "small");
+  EXPECT_EQ(snap.segments[0].pool, segment_pool::small);
+  EXPECT_EQ(snap.segments[1].pool, segment_pool::large);
+  const stream_view five = syncmem::detail::stream_access::make(device_id::emulated(1), fake_stream(5));
+  EXPECT_EQ(snap.segments[0].stream, five) << "a segment names the stream it was reserved for, on its device";
   ASSERT_EQ(snap.segments[0].blocks.size(), 2U);
   const auto& first = snap.segments[0].blocks[0];
   EXPECT_EQ(first.state, block_state::allocated);
   EXPECT_EQ(first.requested, 1000U);
   EXPECT_EQ(first.label, "caching_snapshot_test: weights");
-  EXPECT_EQ(first.stream, "0x140");
+  EXPECT_EQ(first.stream, five);
   EXPECT_EQ(snap.segments[0].blocks[1].offset, 1024U);
-  EXPECT_EQ(snap.segments[0].blocks[1].stream, "0x140");
+  EXPECT_EQ(snap.segments[0].blocks[1].stream, five);
+  EXPECT_EQ(snap.segments[1].blocks[0].stream, five);
   EXPECT_EQ(snap.segments[1].blocks[0].state, block_state::pending);
 }
 
@@ -81,12 +86,14 @@ TEST_F(caching_snapshot_test, EachRunOfMappedPagesOfTheGrowableRangeIsASegment) 
   add(range, 2 << 20, block_status::allocated);
   add(range, 4 << 20, block_status::unmapped);
   add(range, 2 << 20, block_status::free, &retired);
-  const auto snap = take_snapshot({"emulated:0", "r", 6 << 20, nullptr, &range});
+  const auto snap = take_snapshot({device_id::emulated(0), "emulated:0", "r", 6 << 20, nullptr, &range});
   ASSERT_EQ(snap.segments.size(), 2U);
-  EXPECT_EQ(snap.segments[0].pool, "expandable");
+  EXPECT_EQ(snap.segments[0].pool, segment_pool::expandable);
+  EXPECT_EQ(snap.segments[1].pool, segment_pool::expandable);
+  EXPECT_EQ(snap.segments[0].stream, std::nullopt) << "the growable range is no stream's";
   EXPECT_EQ(snap.segments[0].size, std::size_t{4} << 20);
   ASSERT_EQ(snap.segments[0].blocks.size(), 2U);
-  EXPECT_EQ(snap.segments[0].blocks[0].stream, "none") << "a retired pool has no stream";
+  EXPECT_EQ(snap.segments[0].blocks[0].stream, std::nullopt) << "a retired pool has no stream";
   EXPECT_EQ(snap.segments[1].address, 0x80000000U + (8 << 20));
   EXPECT_EQ(snap.segments[1].blocks[0].offset, 0U);
   EXPECT_EQ(snap.free, std::size_t{4} << 20);

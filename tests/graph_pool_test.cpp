@@ -142,6 +142,33 @@ TYPED_TEST(GraphPools, AFreeOnAnotherStreamIsNotReusedByTheSameCapture) {
   EXPECT_FALSE(g3.pool() == pool);
 }
 
+// A block allocated during a capture is a graph pool's: allocation_info says
+// so, with its request and stream, until it is freed.
+TYPED_TEST(GraphPools, AllocationInfoKnowsBlocksOfGraphPools) {
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()};
+  const std::size_t n = 1 + rng()() % (5 << 20);
+  void* ordinary = resource.allocate(n, s);
+  begin_capture(s);
+  void* captured = resource.allocate(n, s);
+  const auto info = resource.allocation_info(captured);
+  const auto before = resource.allocation_info(ordinary);
+  resource.deallocate(captured, n, s);
+  const auto freed = resource.allocation_info(captured);
+  graph g = end_capture(s);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->pool, mr::segment_pool::graph);
+  EXPECT_EQ(info->requested_bytes, n);
+  EXPECT_GE(info->block_bytes, n);
+  EXPECT_EQ(info->stream, stream_view{s});
+  EXPECT_EQ(freed, std::nullopt);
+  ASSERT_TRUE(before.has_value());
+  EXPECT_NE(before->pool, mr::segment_pool::graph) << "allocated before the capture";
+  EXPECT_EQ(before->requested_bytes, n);
+  resource.deallocate(ordinary, n, s);
+  s.synchronize();
+}
+
 // Two graphs captured into one pool, the second reusing the first's freed
 // block, launched in capture order on fresh inputs: both outputs right.
 TYPED_TEST(GraphPools, GraphsSharingAPoolRunInCaptureOrder) {

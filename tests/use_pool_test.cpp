@@ -13,6 +13,7 @@
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
 #include "syncmem/stream.hpp"
 #include "syncmem/synced_memory.hpp"
@@ -70,6 +71,38 @@ TYPED_TEST(UsePool, RoutesOnlyTheThreadsThatUseIt) {
   EXPECT_EQ(p.statistics().deallocations, 2u);
   ordinary->deallocate(other_thread, n, default_stream(this->dev()));
   ordinary->deallocate(after, n, s);
+  s.synchronize();
+}
+
+// allocation_info through the resource that allocated a routed block answers
+// what the pool holds; once freed, neither knows it.
+TYPED_TEST(UsePool, AllocationInfoFollowsARoutedBlockToItsPool) {
+  mr::pool p{this->dev()};
+  mr::caching_resource& ordinary = mr::default_resource(this->dev());
+  stream s{this->dev()};
+  const std::size_t n = 1 + rng()() % (3 << 20);
+  void* routed = nullptr;
+  {
+    mr::use_pool scope{p};
+    routed = ordinary.allocate(n, s);
+  }
+  void* plain = ordinary.allocate(n, s);
+  const auto via_resource = ordinary.allocation_info(routed);
+  const auto via_pool = p.resource().allocation_info(routed);
+  ASSERT_TRUE(via_resource.has_value());
+  ASSERT_TRUE(via_pool.has_value());
+  EXPECT_EQ(via_resource->requested_bytes, n);
+  EXPECT_EQ(via_resource->block_bytes, via_pool->block_bytes);
+  EXPECT_EQ(via_resource->block_bytes, p.statistics().allocated_bytes) << "the pool holds it";
+  EXPECT_EQ(via_resource->stream, stream_view{s});
+  EXPECT_EQ(via_pool->stream, stream_view{s});
+  EXPECT_EQ(p.resource().allocation_info(plain), std::nullopt) << "not the pool's";
+  ASSERT_TRUE(ordinary.allocation_info(plain).has_value());
+  EXPECT_EQ(ordinary.allocation_info(plain)->requested_bytes, n);
+  ordinary.deallocate(routed, n, s);
+  EXPECT_EQ(ordinary.allocation_info(routed), std::nullopt);
+  EXPECT_EQ(p.resource().allocation_info(routed), std::nullopt);
+  ordinary.deallocate(plain, n, s);
   s.synchronize();
 }
 

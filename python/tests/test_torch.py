@@ -150,17 +150,37 @@ assert ms["num_device_alloc"] == s["segment_allocations"] > 0, (ms, s)
 assert ms["num_device_free"] == s["segment_releases"], (ms, s)
 
 peak = torch.cuda.max_memory_allocated()
+freed = ms["allocated_bytes.all.freed"], ms["requested_bytes.all.freed"]
 del ts[4]
 assert torch.cuda.max_memory_allocated() == peak
+# Accumulated bytes are syncmem's totals: the 40 MiB tensor's block is now "freed".
+ms = torch.cuda.memory_stats()
+assert ms["requested_bytes.all.freed"] - freed[1] == 40 << 20, (ms, freed)
+assert ms["allocated_bytes.all.freed"] - freed[0] >= 40 << 20, (ms, freed)
+assert (ms["allocated_bytes.all.freed"] - freed[0]) % 512 == 0, (ms, freed)
+assert ms["allocated_bytes.all.allocated"] - ms["allocated_bytes.all.freed"] == ms["allocated_bytes.all.current"], ms
+assert ms["requested_bytes.all.allocated"] - ms["requested_bytes.all.freed"] == ms["requested_bytes.all.current"], ms
+torch.cuda.reset_accumulated_memory_stats()
+ms = torch.cuda.memory_stats()
+assert ms["allocated_bytes.all.allocated"] == ms["allocated_bytes.all.freed"] == 0, ms
+assert ms["requested_bytes.all.allocated"] == ms["requested_bytes.all.freed"] == 0, ms
+assert ms["requested_bytes.all.current"] == sum(t.numel() for t in ts), ms
 torch.cuda.reset_peak_memory_stats()
 assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated() < peak
 assert syncmem.memory_stats(dev)["peak_allocated_bytes"] == torch.cuda.max_memory_allocated()
 
 # The snapshot has every live tensor as an allocated block of its requested size.
+# Streams and pools are syncmem's typed fields: every segment here was reserved
+# for (or, expandable, belongs to no stream but reads as) the current stream.
 blocks = {}
+stream = torch.cuda.current_stream().cuda_stream
 for seg in torch.cuda.memory_snapshot():
     address = seg["address"]
     assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"], seg
+    assert seg["stream"] == stream or (seg["is_expandable"] and seg["stream"] == 0), (seg["stream"], stream)
+    assert seg["segment_type"] == "large" or not seg["is_expandable"], seg
+    if address <= ts[0].data_ptr() < address + seg["total_size"]:
+        assert seg["segment_type"] == "small" and not seg["is_expandable"], seg
     for b in seg["blocks"]:
         blocks[address] = (b["state"], b["requested_size"])
         address += b["size"]

@@ -1,5 +1,7 @@
 #include "syncmem/mr/allocator_snapshot.hpp"
 
+#include <cstdint>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +19,26 @@ std::string to_string(block_state state) {
   return "free";
 }
 
+std::string to_string(segment_pool pool) {
+  switch (pool) {
+    case segment_pool::small:
+      return "small";
+    case segment_pool::large:
+      return "large";
+    case segment_pool::expandable:
+      return "expandable";
+    case segment_pool::graph:
+      return "graph";
+  }
+  return "large";
+}
+
+namespace {
+std::string stream_text(const std::optional<stream_view>& s) {
+  return s ? fmt::format("{:#x}", reinterpret_cast<std::uintptr_t>(s->native_handle())) : std::string{"none"};
+}
+}  // namespace
+
 std::string allocator_snapshot::to_json(int indent) const {
   nlohmann::ordered_json out;
   out["format"] = "syncmem.snapshot/1";
@@ -29,8 +51,8 @@ std::string allocator_snapshot::to_json(int indent) const {
     nlohmann::ordered_json seg;
     seg["address"] = fmt::format("{:#x}", s.address);
     seg["size"] = s.size;
-    seg["stream"] = s.stream;
-    seg["pool"] = s.pool;
+    seg["stream"] = stream_text(s.stream);
+    seg["pool"] = to_string(s.pool);
     seg["blocks"] = nlohmann::ordered_json::array();
     for (const auto& b : s.blocks) {
       seg["blocks"].push_back({{"offset", b.offset},
@@ -38,7 +60,7 @@ std::string allocator_snapshot::to_json(int indent) const {
                                {"state", std::string{to_string(b.state)}},
                                {"requested", b.requested},
                                {"label", b.label},
-                               {"stream", b.stream}});
+                               {"stream", stream_text(b.stream)}});
     }
     out["segments"].push_back(std::move(seg));
   }

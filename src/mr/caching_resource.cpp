@@ -90,6 +90,23 @@ void caching_resource::empty_cache() { (void)state_->trim(0); }
 std::size_t caching_resource::trim(std::size_t max_cached_bytes) { return state_->trim(max_cached_bytes); }
 void caching_resource::set_limit(std::optional<std::size_t> limit_bytes) { state_->set_limit(limit_bytes); }
 std::optional<std::size_t> caching_resource::limit() const noexcept { return state_->limit(); }
+static_assert(caching_resource::granularity == detail::caching::granule);
+
+// As do_deallocate finds the owner: a graph pool's block, a block routed to a
+// pool by use_pool, else the cache's own.
+std::optional<live_allocation> caching_resource::allocation_info(const void* p) const {
+  if (p == nullptr) return std::nullopt;
+  if (auto info = private_->info(p)) return info;
+  if (detail::caching::routed_blocks.load(std::memory_order_acquire) > 0) {
+    // (A pool is of one device, and only that device's resources route to it.)
+    if (const caching_resource* owner = detail::caching::routed_owner(p);
+        owner != nullptr && owner != this && owner->device() == device()) {
+      return owner->allocation_info(p);
+    }
+  }
+  return state_->allocation_info(p);
+}
+
 caching_statistics caching_resource::statistics() const { return state_->statistics(); }
 void caching_resource::reset_peaks() { state_->reset_peaks(); }
 allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }

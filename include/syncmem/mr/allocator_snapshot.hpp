@@ -6,9 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "syncmem/stream.hpp"
 
 namespace syncmem::mr {
 
@@ -22,6 +25,17 @@ enum class block_state : std::uint8_t {
 /// @brief "allocated", "free", "pending".
 [[nodiscard]] std::string to_string(block_state state);
 
+/// @brief Which pool of a caching allocator memory belongs to.
+enum class segment_pool : std::uint8_t {
+  small,       ///< segments shared by small requests
+  large,       ///< segments sized to large requests
+  expandable,  ///< the growable range (expandable segments)
+  graph,       ///< a graph_pool's private pool: allocated during a stream capture (never in a snapshot)
+};
+
+/// @brief "small", "large", "expandable", "graph".
+[[nodiscard]] std::string to_string(segment_pool pool);
+
 /// @brief A snapshot of a caching allocator. Its JSON form (to_json) is the
 /// schema `syncmem.snapshot/1`:
 ///
@@ -33,9 +47,10 @@ enum class block_state : std::uint8_t {
 ///                    "blocks": [{"offset": 0, "size": 512, "state": "allocated|free|pending",
 ///                                "requested": 300, "label": "weights", "stream": "0x0"}]}]}
 ///
-/// Streams are native handles in hexadecimal, or "none" for memory no stream
-/// holds (fresh memory, and memory whose stream was destroyed after all its
-/// work completed). The blocks of a segment tile it, in address order.
+/// In the JSON form, streams are native handles in hexadecimal, or "none" for
+/// memory no stream holds (fresh memory, and memory whose stream was destroyed
+/// after all its work completed): std::nullopt here. The blocks of a segment
+/// tile it, in address order.
 struct allocator_snapshot {
   struct block {
     std::size_t offset = 0;  ///< from the segment's address
@@ -43,13 +58,15 @@ struct allocator_snapshot {
     block_state state = block_state::free;
     std::size_t requested = 0;  ///< bytes asked for (allocated blocks; 0 otherwise)
     std::string label;          ///< the allocation label (allocated blocks)
-    std::string stream;         ///< allocated: the stream it was allocated on; else the stream it belongs to
+    /// @brief allocated: the stream it was allocated on; else the stream it
+    /// belongs to, or nullopt when none does
+    std::optional<stream_view> stream;
   };
   struct segment {
     std::uintptr_t address = 0;
     std::size_t size = 0;
-    std::string stream;  ///< the stream it was first reserved for
-    std::string pool;    ///< "small", "large" or "expandable"
+    std::optional<stream_view> stream;  ///< the stream it was first reserved for; nullopt: none (expandable)
+    segment_pool pool = segment_pool::large;
     std::vector<block> blocks;
   };
 

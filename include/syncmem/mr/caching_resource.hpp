@@ -56,6 +56,24 @@ struct caching_statistics {
   std::uint64_t stream_waits = 0;         ///< blocks taken from another stream's free memory (with an event)
   std::uint64_t oom_retries = 0;          ///< failed device allocations retried after freeing the cache
   std::uint64_t ooms = 0;                 ///< out_of_memory thrown
+  // Totals since creation (PyTorch's "allocated" and "freed" of allocated_bytes
+  // and requested_bytes); each *_freed is its total less what is live now.
+  std::uint64_t total_allocated_bytes = 0;  ///< block bytes of every allocation
+  std::uint64_t total_freed_bytes = 0;      ///< block bytes of every deallocation
+  std::uint64_t total_requested_bytes = 0;  ///< bytes asked for by every allocation
+  std::uint64_t total_requested_freed_bytes = 0;
+};
+
+/// @brief A live allocation of a caching_resource (caching_resource::allocation_info).
+struct live_allocation {
+  std::size_t requested_bytes;  ///< the bytes asked for
+  /// @brief The bytes it holds: the request rounded up to
+  /// caching_resource::granularity, or more where the rest of a free block
+  /// was not split off (what statistics() counts as allocated); a graph
+  /// pool's block is a whole segment.
+  std::size_t block_bytes;
+  stream_view stream;  ///< the stream it was allocated on (the one to free it on)
+  segment_pool pool;   ///< where it lives
 };
 
 /// @brief A caching, stream-ordered allocator of device memory for one device.
@@ -150,6 +168,19 @@ class caching_resource final : public memory_resource {
   /// @brief The limit on reserved bytes now (limit_mb, or the last
   /// set_limit), or nullopt when there is none.
   [[nodiscard]] std::optional<std::size_t> limit() const noexcept;
+
+  /// @brief Requests are rounded up to a multiple of this (512 bytes).
+  static constexpr std::size_t granularity = 512;
+
+  /// @brief What the resource knows of `p`, an allocation it handed out that
+  /// is not freed yet: the bytes asked for and held, the stream it was
+  /// allocated on and its pool. Blocks routed to a pool by mr::use_pool and
+  /// blocks of graph pools (allocated during a capture) are answered too.
+  /// Cheap when the calling thread allocated `p` (no shared lock);
+  /// otherwise it takes the resource's lock.
+  /// @returns std::nullopt when `p` is not a live allocation of this resource
+  ///   (never handed out, already freed, or an address inside a block)
+  [[nodiscard]] std::optional<live_allocation> allocation_info(const void* p) const;
 
   [[nodiscard]] caching_statistics statistics() const;
   /// @brief Sets each peak to its current value.

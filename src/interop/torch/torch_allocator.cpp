@@ -8,10 +8,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 
 #include "core/capture_registry.hpp"
@@ -41,8 +40,6 @@ std::atomic<torch_allocator*> the_allocator{nullptr};
                               "to use it)");
 }
 
-std::size_t block_size(std::size_t bytes) { return (bytes + 511) / 512 * 512; }
-
 void raise_max(std::atomic<std::int64_t>& peak, std::int64_t value) {
   std::int64_t seen = peak.load(std::memory_order_relaxed);
   while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {}
@@ -65,20 +62,9 @@ void set_aggregate(c10::CachingAllocator::StatArray& array, const c10::CachingAl
 
 std::int64_t as_int(std::uint64_t v) { return static_cast<std::int64_t>(v); }
 
-// A stream as syncmem's snapshot names it ("0x7f..." or "none").
-void* parse_stream(const std::string& s) {
-  if (s.size() < 3 || s.compare(0, 2, "0x") != 0) return nullptr;
-  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(std::strtoull(s.c_str() + 2, nullptr, 16)));
-}
-
 }  // namespace
 
-struct torch_allocator::shard {
-  std::mutex mutex;
-  std::unordered_map<void*, allocation> live;
-};
-
-torch_allocator::torch_allocator() : shards_{std::make_unique<shard[]>(shard_count)} {}
+torch_allocator::torch_allocator() = default;
 
 mr::caching_options torch_allocator::default_options() {
   mr::caching_options o;
@@ -115,10 +101,6 @@ bool torch_allocator::installed() noexcept {
   return mine != nullptr && alloc::allocator.load() == mine;
 }
 
-torch_allocator::shard& torch_allocator::shard_of(const void* p) const {
-  return shards_[(reinterpret_cast<std::uintptr_t>(p) >> 9) % shard_count];
-}
-
 torch_allocator::per_device& torch_allocator::slot(c10::DeviceIndex device) {
   TORCH_CHECK(device >= 0 && static_cast<std::size_t>(device) < max_devices, "syncmem.torch: device index ",
               static_cast<int>(device), " is outside 0..", max_devices - 1);
@@ -131,6 +113,9 @@ mr::caching_resource& torch_allocator::caching(c10::DeviceIndex device) {
   if (r == nullptr) {
     r = &mr::default_resource(device_id::cuda(device));
     d.resource.store(r, std::memory_order_release);
+    const auto end = static_cast<std::size_t>(device) + 1;
+    std::size_t seen = devices_used_end_.load(std::memory_order_acquire);
+    while (seen < end && !devices_used_end_.compare_exchange_weak(seen, end, std::memory_order_acq_rel)) {}
   }
   return *r;
 }
@@ -165,37 +150,28 @@ void* torch_allocator::allocate_on(c10::DeviceIndex device, std::size_t bytes, c
     TORCH_CHECK(false, "syncmem.torch: allocating ", bytes, " bytes on cuda:", static_cast<int>(device),
                 " failed: ", e.what());
   }
-  {
-    shard& s = shard_of(p);
-    std::lock_guard lock{s.mutex};
-    s.live.emplace(p, allocation{bytes, stream, device});
-  }
   per_device& d = slot(device);
   raise_max(d.peak_live, d.live.fetch_add(1, std::memory_order_relaxed) + 1);
-  d.requested_total.fetch_add(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
-  d.block_total.fetch_add(static_cast<std::int64_t>(block_size(bytes)), std::memory_order_relaxed);
   return p;
 }
 
+// The device's resource that knows `p` frees it, with the size and stream it
+// was allocated with (PyTorch's blocks go back to their allocation stream).
+// Usually one device is used; with several, the others answer nullopt first.
 void torch_allocator::release(void* p) noexcept {
   if (p == nullptr) return;
-  allocation a;
-  {
-    shard& s = shard_of(p);
-    std::lock_guard lock{s.mutex};
-    auto it = s.live.find(p);
-    if (it == s.live.end()) return;  // not ours: raw_delete of a pointer syncmem never handed out
-    a = it->second;
-    s.live.erase(it);
+  const std::size_t end = devices_used_end_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < end; ++i) {
+    per_device& d = devices_[i];
+    mr::caching_resource* const resource = d.resource.load(std::memory_order_acquire);
+    if (resource == nullptr) continue;
+    const std::optional<mr::live_allocation> a = resource->allocation_info(p);
+    if (!a) continue;
+    d.live.fetch_sub(1, std::memory_order_relaxed);
+    resource->deallocate(p, a->requested_bytes, a->stream);
+    return;
   }
-  per_device& d = devices_[static_cast<std::size_t>(a.device)];
-  d.live.fetch_sub(1, std::memory_order_relaxed);
-  d.requested_freed.fetch_add(static_cast<std::int64_t>(a.bytes), std::memory_order_relaxed);
-  d.block_freed.fetch_add(static_cast<std::int64_t>(block_size(a.bytes)), std::memory_order_relaxed);
-  // The stream view is built without a device check (which may throw): the
-  // device was checked when the block was handed out.
-  d.resource.load(std::memory_order_acquire)
-      ->deallocate(p, a.bytes, detail::stream_access::make(device_id::cuda(a.device), a.stream));
+  // not ours: raw_delete of a pointer syncmem never handed out, or freed already
 }
 
 void torch_allocator::free_block(void* p) {
@@ -239,16 +215,15 @@ DeviceStats torch_allocator::getDeviceStats(c10::DeviceIndex device) {
   set_aggregate(stats.allocation, stat(live, d.peak_live.load(), allocations, deallocations));
   set_aggregate(stats.segment, stat(as_int(s.segments), d.segment_peak, segment_allocations, segment_releases));
   set_aggregate(stats.active, stat(live, d.peak_live.load(), allocations, deallocations));
-  set_aggregate(stats.allocated_bytes,
-                stat(allocated, as_int(s.peak_allocated_bytes), d.block_total.load() - d.block_total_baseline,
-                     d.block_freed.load() - d.block_freed_baseline));
+  const std::int64_t block_total = as_int(s.total_allocated_bytes - b.total_allocated_bytes);
+  const std::int64_t block_freed = as_int(s.total_freed_bytes - b.total_freed_bytes);
+  set_aggregate(stats.allocated_bytes, stat(allocated, as_int(s.peak_allocated_bytes), block_total, block_freed));
   set_aggregate(stats.reserved_bytes, stat(as_int(s.reserved_bytes), as_int(s.peak_reserved_bytes), 0, 0));
   set_aggregate(stats.active_bytes,
-                stat(active, std::max(active, as_int(s.peak_allocated_bytes)),
-                     d.block_total.load() - d.block_total_baseline, d.block_freed.load() - d.block_freed_baseline));
+                stat(active, std::max(active, as_int(s.peak_allocated_bytes)), block_total, block_freed));
   set_aggregate(stats.requested_bytes, stat(as_int(s.requested_bytes), as_int(s.peak_requested_bytes),
-                                            d.requested_total.load() - d.requested_total_baseline,
-                                            d.requested_freed.load() - d.requested_freed_baseline));
+                                            as_int(s.total_requested_bytes - b.total_requested_bytes),
+                                            as_int(s.total_requested_freed_bytes - b.total_requested_freed_bytes)));
   stats.num_alloc_retries = as_int(s.oom_retries - b.oom_retries);
   stats.num_ooms = as_int(s.ooms - b.ooms);
   stats.num_device_alloc = segment_allocations;
@@ -262,10 +237,6 @@ void torch_allocator::resetAccumulatedStats(c10::DeviceIndex device) {
   const mr::caching_statistics s = caching(device).statistics();
   std::lock_guard lock{d.mutex};
   d.baseline = s;
-  d.requested_total_baseline = d.requested_total.load();
-  d.requested_freed_baseline = d.requested_freed.load();
-  d.block_total_baseline = d.block_total.load();
-  d.block_freed_baseline = d.block_freed.load();
 }
 
 void torch_allocator::resetPeakStats(c10::DeviceIndex device) {
@@ -339,17 +310,12 @@ void torch_allocator::recordStream(const c10::DataPtr& p, c10::cuda::CUDAStream 
   // As PyTorch's allocator: pointers it did not hand out (empty tensors,
   // from_blob) are left alone.
   if (p.get() == nullptr || p.get_deleter() != &free_block) return;
-  allocation a;
-  {
-    shard& s = shard_of(p.get());
-    std::lock_guard lock{s.mutex};
-    auto it = s.live.find(p.get());
-    if (it == s.live.end()) return;
-    a = it->second;
-  }
-  if (a.stream == stream.stream() && a.device == stream.device_index()) return;
+  const c10::DeviceIndex device = p.device().index();
+  const std::optional<mr::live_allocation> a = caching(device).allocation_info(p.get());
+  if (!a) return;
+  if (a->stream.native_handle() == stream.stream() && device == stream.device_index()) return;
   try {
-    caching(a.device).record_stream(p.get(), cuda::make_stream_view(stream.stream(), stream.device_index()));
+    caching(device).record_stream(p.get(), cuda::make_stream_view(stream.stream(), stream.device_index()));
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "syncmem.torch: record_stream: ", e.what());
   }
@@ -365,9 +331,9 @@ alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool 
       out.device = device;
       out.address = seg.address;
       out.total_size = seg.size;
-      out.stream = parse_stream(seg.stream);
-      out.is_large = seg.pool != "small";
-      out.is_expandable = seg.pool == "expandable";
+      out.stream = seg.stream ? seg.stream->native_handle() : nullptr;
+      out.is_large = seg.pool != mr::segment_pool::small;
+      out.is_expandable = seg.pool == mr::segment_pool::expandable;
       for (const auto& blk : seg.blocks) {
         c10::CachingDeviceAllocator::BlockInfo b;
         b.size = blk.size;

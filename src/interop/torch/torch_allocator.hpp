@@ -129,37 +129,20 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   std::string name() override;
 
  private:
-  // PyTorch gives a deleter only the pointer, and caching_resource wants the
-  // size and stream back; live allocations are kept here, split in shards so
-  // that threads freeing different blocks rarely share a lock.
-  struct allocation {
-    std::size_t bytes = 0;
-    cudaStream_t stream = nullptr;
-    c10::DeviceIndex device = 0;
-  };
-  // What syncmem's statistics do not count: the allocation count's peak, and
-  // the accumulated bytes PyTorch reports as "allocated" and "freed".
+  // What syncmem's statistics do not count: the allocation count's peak.
+  // PyTorch gives a deleter only the pointer: the size and stream that
+  // caching_resource wants back come from its allocation_info.
   struct per_device {
     std::atomic<mr::caching_resource*> resource{nullptr};
     std::atomic<std::int64_t> live{0};
     std::atomic<std::int64_t> peak_live{0};
-    std::atomic<std::int64_t> requested_total{0};
-    std::atomic<std::int64_t> requested_freed{0};
-    std::atomic<std::int64_t> block_total{0};
-    std::atomic<std::int64_t> block_freed{0};
     std::mutex mutex;  // guards what follows
     // resetAccumulatedStats: the counters at the last reset, subtracted.
     mr::caching_statistics baseline{};
-    std::int64_t requested_total_baseline = 0;
-    std::int64_t requested_freed_baseline = 0;
-    std::int64_t block_total_baseline = 0;
-    std::int64_t block_freed_baseline = 0;
     std::int64_t segment_peak = 0;  // the most segments any getDeviceStats saw
     double memory_fraction = 1.0;
   };
   static constexpr std::size_t max_devices = 64;
-  static constexpr std::size_t shard_count = 64;
-  struct shard;
 
   torch_allocator();
   void* allocate_on(c10::DeviceIndex device, std::size_t bytes, cudaStream_t stream);
@@ -168,10 +151,9 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   per_device& slot(c10::DeviceIndex device);
   mr::caching_resource& caching(c10::DeviceIndex device);
   [[nodiscard]] std::vector<c10::DeviceIndex> used_devices() const;
-  [[nodiscard]] shard& shard_of(const void* p) const;
 
   std::array<per_device, max_devices> devices_;
-  std::unique_ptr<shard[]> shards_;
+  std::atomic<std::size_t> devices_used_end_{0};  // 1 + the highest index whose resource is set
   std::atomic<int> device_count_{0};
   // PyTorch's graph pools, by (device, pool id): syncmem's pool, how many
   // captures and graphs use it, and the open capture allocating to it (0: none).

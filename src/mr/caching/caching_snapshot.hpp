@@ -9,11 +9,13 @@
 #include <string>
 
 #include "mr/caching/device_segments.hpp"
+#include "syncmem/device_id.hpp"
 #include "syncmem/mr/allocator_snapshot.hpp"
 
 namespace syncmem::mr::detail::caching {
 
 struct snapshot_source {
+  device_id owner;  // the streams' device
   std::string device;
   std::string resource;
   std::size_t reserved = 0;

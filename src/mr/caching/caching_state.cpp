@@ -437,6 +437,31 @@ void caching_state::record_stream(void* p, stream_view s) {
   pending_.add_use(b, s.native_handle());
 }
 
+// The calling thread's record first (it allocated `p`: no lock), then the
+// pointer map under the lock. A block that waits in a thread's cache is in
+// the map too; its request is 0 there (thread_cache::keep).
+std::optional<live_allocation> caching_state::allocation_info(const void* p) const {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (const thread_cache* tc = caches_.made_for_this_thread(); tc != nullptr) {
+    if (const auto* record = tc->handed_out.find(address);
+        record != nullptr && record->b->generation.load(std::memory_order_relaxed) == record->generation) {
+      return describe_live(record->b);
+    }
+  }
+  std::lock_guard lock{mutex_};
+  const block* const b = live_.find(address);
+  if (b == nullptr || b->requested.load(std::memory_order_relaxed) == 0) return std::nullopt;
+  return describe_live(b);
+}
+
+live_allocation caching_state::describe_live(const block* b) const noexcept {
+  const segment_pool pool = b->seg->growable                   ? segment_pool::expandable
+                            : b->seg->kind == pool_kind::small ? segment_pool::small
+                                                               : segment_pool::large;
+  return {b->requested.load(std::memory_order_relaxed), b->size,
+          syncmem::detail::stream_access::make(device_, b->stream.load(std::memory_order_relaxed)), pool};
+}
+
 // ==== giving memory back ======================================================
 
 std::size_t caching_state::trim(std::size_t max_cached_bytes) {
@@ -504,7 +529,7 @@ allocator_snapshot caching_state::snapshot() {
   std::lock_guard lock{mutex_};
   flush_caches(true);
   process_pending();
-  return take_snapshot({to_string(device_), name_, reserved_.bytes(), &segments_.all(), range_.range()});
+  return take_snapshot({device_, to_string(device_), name_, reserved_.bytes(), &segments_.all(), range_.range()});
 }
 
 // ==== segment observers (mr/segment_observer.hpp) ===============================

@@ -52,6 +52,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   [[nodiscard]] void* allocate(std::size_t bytes, stream_view s);
   void deallocate(void* p, std::size_t bytes, stream_view s) noexcept;
   void record_stream(void* p, stream_view s);
+  [[nodiscard]] std::optional<live_allocation> allocation_info(const void* p) const;
   void release_stream(CUstream_st* handle) noexcept;
   std::size_t trim(std::size_t max_cached_bytes);
   void set_limit(std::optional<std::size_t> limit_bytes) noexcept { reserved_.set_limit(limit_bytes); }
@@ -83,6 +84,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   };
 
   // ---- under mutex_ ----
+  [[nodiscard]] live_allocation describe_live(const block* b) const noexcept;
   handed allocate_slow(std::size_t bytes, std::size_t key, stream_view s, thread_cache* tc, std::uint32_t label);
   block* find_or_grow(pool_kind kind, std::size_t key, std::size_t bytes, stream_pool& pool, stream_view s);
   void hand_out(block* b, std::size_t bytes, std::size_t key, CUstream_st* s);

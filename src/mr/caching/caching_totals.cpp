@@ -34,6 +34,8 @@ void caching_totals::hand_out(std::size_t size, std::size_t bytes) noexcept {
   raise(peak_requested_, add(requested_, static_cast<std::int64_t>(bytes)));
   add(live_, 1);
   ++allocations_;
+  allocated_total_ += size;
+  requested_total_ += bytes;
 }
 
 void caching_totals::take_back(std::size_t size, std::size_t requested) noexcept {
@@ -57,6 +59,8 @@ void caching_totals::absorb(thread_cache& tc) noexcept {
   allocations_ += tc.allocations.load(std::memory_order_relaxed);
   deallocations_ += tc.deallocations.load(std::memory_order_relaxed);
   thread_hits_ += tc.hits.load(std::memory_order_relaxed);
+  allocated_total_ += tc.allocated_total.load(std::memory_order_relaxed);
+  requested_total_ += tc.requested_total.load(std::memory_order_relaxed);
 }
 
 caching_totals::totals caching_totals::current(const thread_caches& caches) const {
@@ -66,6 +70,8 @@ caching_totals::totals caching_totals::current(const thread_caches& caches) cons
            allocations_,
            deallocations_,
            thread_hits_,
+           allocated_total_,
+           requested_total_,
            0};
   caches.for_each([&t](thread_cache& c) {
     t.allocated += c.allocated_delta.load(std::memory_order_relaxed);
@@ -74,6 +80,8 @@ caching_totals::totals caching_totals::current(const thread_caches& caches) cons
     t.allocations += c.allocations.load(std::memory_order_relaxed);
     t.deallocations += c.deallocations.load(std::memory_order_relaxed);
     t.thread_hits += c.hits.load(std::memory_order_relaxed);
+    t.allocated_total += c.allocated_total.load(std::memory_order_relaxed);
+    t.requested_total += c.requested_total.load(std::memory_order_relaxed);
     std::lock_guard cache_lock{c.lock};
     t.thread_cached += c.cached_bytes;
   });
@@ -95,6 +103,11 @@ caching_statistics caching_totals::report(const totals& t) const {
   s.stream_waits = stream_waits;
   s.oom_retries = oom_retries;
   s.ooms = ooms;
+  // Read while other threads allocate, a total may lag what is live: never below zero.
+  s.total_allocated_bytes = std::max<std::uint64_t>(t.allocated_total, s.allocated_bytes);
+  s.total_freed_bytes = s.total_allocated_bytes - s.allocated_bytes;
+  s.total_requested_bytes = std::max<std::uint64_t>(t.requested_total, s.requested_bytes);
+  s.total_requested_freed_bytes = s.total_requested_bytes - s.requested_bytes;
   return s;
 }
 

@@ -20,6 +20,7 @@ class caching_totals {
   struct totals {
     std::int64_t allocated, requested, live;
     std::uint64_t allocations, deallocations, thread_hits;
+    std::uint64_t allocated_total, requested_total;
     std::size_t thread_cached;
   };
 
@@ -63,6 +64,8 @@ class caching_totals {
   std::uint64_t allocations_ = 0;
   std::uint64_t deallocations_ = 0;
   std::uint64_t thread_hits_ = 0;
+  std::uint64_t allocated_total_ = 0;
+  std::uint64_t requested_total_ = 0;
 };
 
 }  // namespace syncmem::mr::detail::caching

@@ -80,6 +80,8 @@ void* private_pool::allocate(std::size_t bytes, CUstream_st* s, std::uint64_t ca
   if (best != blocks_.end()) {
     best->second.free = false;
     best->second.allocated_in = capture;
+    best->second.requested = bytes;
+    best->second.stream = s;
     usage_->allocated.fetch_add(best->second.size);
     return best->first;
   }
@@ -104,7 +106,7 @@ void* private_pool::allocate(std::size_t bytes, CUstream_st* s, std::uint64_t ca
         pool_id_);
     SYNCMEM_OUT_OF_MEMORY(std::move(info));
   }
-  blocks_.emplace(p, block{size, false, capture, 0, nullptr});
+  blocks_.emplace(p, block{size, bytes, s, false, capture, 0, nullptr});
   usage_->reserved.fetch_add(size);
   usage_->allocated.fetch_add(size);
   return p;
@@ -120,6 +122,14 @@ void private_pool::deallocate(void* p, CUstream_st* s, std::uint64_t capture) no
   it->second.freed_in = it->second.allocated_in;
   it->second.freed_on = capture == it->second.allocated_in ? s : nullptr;
   usage_->allocated.fetch_sub(it->second.size);
+}
+
+std::optional<live_allocation> private_pool::info(const void* p) {
+  std::lock_guard lock{mutex_};
+  const auto it = blocks_.find(const_cast<void*>(p));  // NOLINT(cppcoreguidelines-pro-type-const-cast): a key only
+  if (it == blocks_.end() || it->second.free) return std::nullopt;
+  return live_allocation{it->second.requested, it->second.size,
+                         syncmem::detail::stream_access::make(device_, it->second.stream), segment_pool::graph};
 }
 
 // ---- private_pools ---------------------------------------------------------------------------------
@@ -184,6 +194,18 @@ bool private_pools::is_live_block(void* p) {
   if (live_count_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock{mutex_};
   return live_.contains(p);
+}
+
+std::optional<live_allocation> private_pools::info(const void* p) {
+  if (live_count_.load(std::memory_order_acquire) == 0) return std::nullopt;
+  std::shared_ptr<private_pool> pool;
+  {
+    std::lock_guard lock{mutex_};
+    const auto it = live_.find(const_cast<void*>(p));  // NOLINT(cppcoreguidelines-pro-type-const-cast): a key only
+    if (it == live_.end()) return std::nullopt;
+    pool = it->second;
+  }
+  return pool->info(p);
 }
 
 void private_pools::detach() noexcept {

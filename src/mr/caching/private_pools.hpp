@@ -28,10 +28,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "backend/backend.hpp"
+#include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/stream.hpp"
 
@@ -61,10 +63,14 @@ class private_pool {
   // `capture` (0: outside any capture). While the capture that allocated it
   // is open, it is reused only when that capture freed it, and only on `s`.
   void deallocate(void* p, CUstream_st* s, std::uint64_t capture) noexcept;
+  // `p` as caching_resource::allocation_info answers; nullopt unless it is a live block here.
+  [[nodiscard]] std::optional<live_allocation> info(const void* p);
 
  private:
   struct block {
     std::size_t size = 0;
+    std::size_t requested = 0;      // while handed out
+    CUstream_st* stream = nullptr;  // the stream it was handed out on
     bool free = false;
     std::uint64_t allocated_in = 0;   // the capture it was last handed to
     std::uint64_t freed_in = 0;       // allocated_in when it was freed
@@ -103,6 +109,8 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   // Whether `p` is a live block of a private pool (record_stream leaves those
   // alone: their reuse follows the captures' order, not events).
   [[nodiscard]] bool is_live_block(void* p);
+  // `p` as caching_resource::allocation_info answers; nullopt unless it is a live block of a private pool.
+  [[nodiscard]] std::optional<live_allocation> info(const void* p);
   // The resource is going: ordinary blocks held by graphs are no longer given back.
   void detach() noexcept;
 

@@ -47,6 +47,14 @@ void note_routed(void* p, caching_resource* owner) {
   routed_blocks.store(s.routed.size());
 }
 
+caching_resource* routed_owner(const void* p) noexcept {
+  auto& s = state();
+  if (routed_blocks.load() == 0) return nullptr;
+  std::lock_guard lock{s.mutex};
+  const auto it = s.routed.find(const_cast<void*>(p));  // NOLINT(cppcoreguidelines-pro-type-const-cast): a key only
+  return it == s.routed.end() ? nullptr : it->second;
+}
+
 caching_resource* take_routed(void* p) noexcept {
   auto& s = state();
   if (routed_blocks.load() == 0) return nullptr;

@@ -24,6 +24,8 @@ void unregister_pool_resource(const caching_resource* r) noexcept;
 
 // A block that a resource handed out from `owner`, a pool's resource.
 void note_routed(void* p, caching_resource* owner);
+// The pool's resource that `p` was routed to, or nullptr when it was not routed.
+[[nodiscard]] caching_resource* routed_owner(const void* p) noexcept;
 // The pool's resource that `p` was routed to, forgotten now; nullptr when it was not routed.
 [[nodiscard]] caching_resource* take_routed(void* p) noexcept;
 // `owner` goes: its blocks are no longer routed.

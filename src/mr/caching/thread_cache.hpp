@@ -242,6 +242,10 @@ struct thread_cache {
   std::atomic<std::uint64_t> allocations{0};
   std::atomic<std::uint64_t> deallocations{0};
   std::atomic<std::uint64_t> hits{0};
+  // Totals of what this thread handed out, never folded (what went back is
+  // these less what is live: caching_totals::report).
+  std::atomic<std::uint64_t> allocated_total{0};
+  std::atomic<std::uint64_t> requested_total{0};
 
   const std::weak_ptr<caching_state> owner;
   caching_state* const state;
@@ -279,6 +283,8 @@ struct thread_cache {
     bump(live_delta, 1);
     bump(allocations);
     bump(hits);
+    bump(allocated_total, b->size);
+    bump(requested_total, bytes);
     return allocated_delta.load(std::memory_order_relaxed) > 0 || requested_delta.load(std::memory_order_relaxed) > 0;
   }
 
@@ -347,14 +353,16 @@ struct thread_cache {
     if (target->count >= target->capacity) return false;
     target->items[target->count++] = b;
     cached_bytes += b->size;
+    // No request: allocation_info tells it from a live block (it stays in the pointer map).
+    b->requested.store(0, std::memory_order_relaxed);
     return true;
   }
 
   static void bump(std::atomic<std::int64_t>& a, std::int64_t delta) noexcept {
     a.store(a.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
   }
-  static void bump(std::atomic<std::uint64_t>& a) noexcept {
-    a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  static void bump(std::atomic<std::uint64_t>& a, std::uint64_t by = 1) noexcept {
+    a.store(a.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
 };
 

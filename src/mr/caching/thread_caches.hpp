@@ -43,6 +43,11 @@ class thread_caches {
     return find_or_make(state);
   }
 
+  // This thread's cache if it has one already (and used it last); never makes one.
+  [[nodiscard]] thread_cache* made_for_this_thread() const noexcept {
+    return this_thread::cache_id == id_ ? this_thread::cache : nullptr;
+  }
+
   // Every cached block; without `wait`, caches in use by their thread are skipped.
   [[nodiscard]] drained_blocks take_all(bool wait);
   // The cached blocks of one stream.
