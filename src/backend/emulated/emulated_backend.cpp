@@ -37,6 +37,16 @@ struct event_holder {
   std::shared_ptr<event_state> state;
 };
 
+// The backend interface carries streams and events as the CUDA runtime's
+// pointer types, which the public API exposes for CUDA interop
+// (stream_view::native_handle). An emulated stream or event travels through
+// them as an opaque token that only this backend reads: these are the only
+// conversions between the two.
+CUstream_st* native_of(worker_stream* s) noexcept { return reinterpret_cast<CUstream_st*>(s); }
+worker_stream* worker_of(CUstream_st* s) noexcept { return reinterpret_cast<worker_stream*>(s); }
+CUevent_st* native_of(event_holder* e) noexcept { return reinterpret_cast<CUevent_st*>(e); }
+event_holder* holder_of(CUevent_st* e) noexcept { return reinterpret_cast<event_holder*>(e); }
+
 }  // namespace
 
 emulated_backend::emulated_backend() {
@@ -207,11 +217,11 @@ CUstream_st* emulated_backend::create_stream(int index, bool, int) {
   auto s = std::make_shared<worker_stream>(index, max_delay_us_);
   std::lock_guard lock{d.streams_mutex};
   d.streams.emplace(s.get(), s);
-  return reinterpret_cast<CUstream_st*>(s.get());
+  return native_of(s.get());
 }
 
 void emulated_backend::destroy_stream(int index, CUstream_st* handle) noexcept {
-  auto* s = reinterpret_cast<worker_stream*>(handle);
+  auto* s = worker_of(handle);
   auto& d = device(index);
   std::shared_ptr<worker_stream> owned;
   {
@@ -235,7 +245,7 @@ CUstream_st* emulated_backend::default_stream(int index) {
     std::lock_guard lock{d.streams_mutex};  // synchronize_device reads it under this lock
     d.default_stream = s;
   });
-  return reinterpret_cast<CUstream_st*>(d.default_stream);
+  return native_of(d.default_stream);
 }
 
 void emulated_backend::synchronize_stream(int index, CUstream_st* s) {
@@ -272,17 +282,17 @@ void emulated_backend::memset_async(void* dst, int value, std::size_t bytes, int
   to_stream(s, index).enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
 }
 
-void emulated_backend::destroy_event(int, CUevent_st* e) noexcept { delete reinterpret_cast<event_holder*>(e); }
+void emulated_backend::destroy_event(int, CUevent_st* e) noexcept { delete holder_of(e); }
 
 CUevent_st* emulated_backend::create_event(int index, bool timing, bool) {
   (void)device(index);
   auto* holder = new event_holder{std::make_shared<event_state>()};
   holder->state->timing = timing;
-  return reinterpret_cast<CUevent_st*>(holder);
+  return native_of(holder);
 }
 
 void emulated_backend::record_event(int index, CUevent_st* e, CUstream_st* s) {
-  auto state = reinterpret_cast<event_holder*>(e)->state;
+  auto state = holder_of(e)->state;
   auto& stream = to_stream(s, index);
   refuse_to_record(stream, "an event record");
   std::uint64_t generation = 0;
@@ -305,20 +315,20 @@ void emulated_backend::record_event(int index, CUevent_st* e, CUstream_st* s) {
 }
 
 bool emulated_backend::event_ready(int, CUevent_st* e) {
-  auto& state = *reinterpret_cast<event_holder*>(e)->state;
+  auto& state = *holder_of(e)->state;
   std::lock_guard lock{state.mutex};
   return state.reached(state.recorded);
 }
 
 void emulated_backend::synchronize_event(int, CUevent_st* e) {
-  auto& state = *reinterpret_cast<event_holder*>(e)->state;
+  auto& state = *holder_of(e)->state;
   std::unique_lock lock{state.mutex};
   const auto target = state.recorded;
   state.completed_changed.wait(lock, [&] { return state.reached(target); });
 }
 
 void emulated_backend::stream_wait_event(int index, CUstream_st* s, CUevent_st* e) {
-  auto state = reinterpret_cast<event_holder*>(e)->state;
+  auto state = holder_of(e)->state;
   refuse_to_record(to_stream(s, index), "an event wait");
   std::uint64_t target = 0;
   {
@@ -333,8 +343,8 @@ void emulated_backend::stream_wait_event(int index, CUstream_st* s, CUevent_st* 
 }
 
 float emulated_backend::elapsed_ms(int, CUevent_st* start, CUevent_st* end) {
-  auto& a = *reinterpret_cast<event_holder*>(start)->state;
-  auto& b = *reinterpret_cast<event_holder*>(end)->state;
+  auto& a = *holder_of(start)->state;
+  auto& b = *holder_of(end)->state;
   std::chrono::steady_clock::time_point ta;
   std::chrono::steady_clock::time_point tb;
   {
@@ -384,7 +394,7 @@ device_state& emulated_backend::device(int index) {
 }
 
 worker_stream& emulated_backend::to_stream(CUstream_st* s, int index) {
-  auto* w = reinterpret_cast<worker_stream*>(s);
+  auto* w = worker_of(s);
   SYNCMEM_EXPECTS(w != nullptr, "null emulated stream");
   SYNCMEM_EXPECTS(w->device() == index,
                   fmt::format("a stream of emulated:{} was used on emulated:{}", w->device(), index));
