@@ -15,8 +15,8 @@
 // pointer. Adding a backend, as a checklist:
 //   1. Required: derive from `backend` and implement every pure virtual below
 //      (devices, device memory, pinned and registered host memory, streams,
-//      copies and memsets, events, pointer_info, peer access), with kind() and
-//      traits() saying what its devices are.
+//      copies, events, pointer_info, peer access, kind() and traits()), and
+//      detail::device_kernels (backend/kernels.hpp) for its kernels.
 //   2. Optional: implement pool_capability, vmm_capability or
 //      graph_capability (one class and source each, as src/backend/emulated
 //      does) and return it from the accessor; the batched copies, the copy
