@@ -155,30 +155,31 @@ TEST(Emulated, StreamOrderedFreeRunsAfterEarlierWork) {
   SYNCMEM_REQUIRE_STREAM_HOLDS();
   const auto before = get_memory_info(device_id::emulated(0)).free;
   stream s{device_id::emulated(0)};
-  void* pool = emu().create_pool(0, 0);  // keeps nothing cached: a free returns the memory
-  void* d = emu().pool_allocate(0, pool, 4096, s.view().native_handle());
+  auto& pools = *emu().pools();
+  const auto pool = pools.create(0, 0);  // keeps nothing cached: a free returns the memory
+  void* d = pools.allocate(0, pool, 4096, s.view().native_handle());
   ASSERT_NE(d, nullptr);
   test::stream_latch hold{s};
-  emu().pool_deallocate(0, pool, d, s.view().native_handle());
+  pools.deallocate(0, pool, d, s.view().native_handle());
   EXPECT_LT(get_memory_info(device_id::emulated(0)).free, before);
   hold.release();
   s.synchronize();
   EXPECT_EQ(get_memory_info(device_id::emulated(0)).free, before);
-  emu().destroy_pool(0, pool);
+  pools.destroy(0, pool);
 }
 
 TEST(Emulated, VirtualMemoryMapsAndUnmapsPhysicalPages) {
-  const std::size_t page = emu().vmm_granularity(0);
+  const std::size_t page = emu().virtual_memory()->granularity(0);
   ASSERT_GT(page, 0U);
   const auto before = get_memory_info(device_id::emulated(0)).free;
-  auto* range = static_cast<std::uint8_t*>(emu().vmm_reserve(0, 4 * page));
-  const auto h1 = emu().vmm_create(0, page);
-  const auto h2 = emu().vmm_create(0, page);
+  auto* range = static_cast<std::uint8_t*>(emu().virtual_memory()->reserve(0, 4 * page));
+  const auto h1 = emu().virtual_memory()->create(0, page);
+  const auto h2 = emu().virtual_memory()->create(0, page);
   ASSERT_NE(h1, 0U);
   ASSERT_NE(h2, 0U);
   EXPECT_EQ(before - get_memory_info(device_id::emulated(0)).free, 2 * page);
-  emu().vmm_map(0, range, page, h1);
-  emu().vmm_map(0, range + 2 * page, page, h2);
+  emu().virtual_memory()->map(0, range, page, h1);
+  emu().virtual_memory()->map(0, range + 2 * page, page, h2);
   EXPECT_EQ(range[0], 0xFF);  // fresh pages are poisoned
   const auto seed = test::fresh_seed();
   for (std::size_t i = 0; i < page; i += 4093) range[i] = test::pattern_byte(seed, i);
@@ -188,42 +189,43 @@ TEST(Emulated, VirtualMemoryMapsAndUnmapsPhysicalPages) {
   EXPECT_EQ(a.device, device_id::emulated(0));
   EXPECT_EQ(a.size, 4 * page);
   // Remap the first physical block one page further: its contents move with it.
-  emu().vmm_unmap(0, range, page);
-  emu().vmm_map(0, range + page, page, h1);
+  emu().virtual_memory()->unmap(0, range, page);
+  emu().virtual_memory()->map(0, range + page, page, h1);
   for (std::size_t i = 0; i < page; i += 4093) ASSERT_EQ(range[page + i], test::pattern_byte(seed, i));
   EXPECT_EQ(range[2 * page + 5], 42);
-  emu().vmm_unmap(0, range + page, 2 * page);
-  emu().vmm_release(0, h1, page);
-  emu().vmm_release(0, h2, page);
-  emu().vmm_free_address(0, range, 4 * page);
+  emu().virtual_memory()->unmap(0, range + page, 2 * page);
+  emu().virtual_memory()->release(0, h1, page);
+  emu().virtual_memory()->release(0, h2, page);
+  emu().virtual_memory()->free_address(0, range, 4 * page);
   EXPECT_EQ(get_memory_info(device_id::emulated(0)).free, before);
-  EXPECT_THROW((void)emu().vmm_reserve(0, page + 1), logic_error);
+  EXPECT_THROW((void)emu().virtual_memory()->reserve(0, page + 1), logic_error);
 }
 
 TEST(Emulated, VirtualMemoryMapsPagesInOneCall) {
-  const std::size_t page = emu().vmm_granularity(0);
-  auto* range = static_cast<std::uint8_t*>(emu().vmm_reserve(0, 3 * page));
-  const std::array<detail::physical_handle, 2> handles{emu().vmm_create(0, page), emu().vmm_create(0, page)};
-  emu().vmm_map_pages(0, range, page, handles.data(), handles.size());
+  const std::size_t page = emu().virtual_memory()->granularity(0);
+  auto* range = static_cast<std::uint8_t*>(emu().virtual_memory()->reserve(0, 3 * page));
+  const std::array<detail::physical_handle, 2> handles{emu().virtual_memory()->create(0, page),
+                                                       emu().virtual_memory()->create(0, page)};
+  emu().virtual_memory()->map_pages(0, range, page, handles.data(), handles.size());
   const auto seed = test::fresh_seed();
   for (std::size_t i = 0; i < 2 * page; i += 4093) range[i] = test::pattern_byte(seed, i);
   // The second handle holds the second page: mapped alone elsewhere, it shows it.
-  emu().vmm_unmap(0, range, 2 * page);
-  emu().vmm_map(0, range + 2 * page, page, handles[1]);
+  emu().virtual_memory()->unmap(0, range, 2 * page);
+  emu().virtual_memory()->map(0, range + 2 * page, page, handles[1]);
   for (std::size_t i = (page / 4093 + 1) * 4093; i < 2 * page; i += 4093) {
     ASSERT_EQ(range[page + i], test::pattern_byte(seed, i));  // byte i - page of the second page
   }
-  emu().vmm_unmap(0, range + 2 * page, page);
+  emu().virtual_memory()->unmap(0, range + 2 * page, page);
   const std::array<detail::physical_handle, 2> bad{handles[0], detail::physical_handle{0}};
-  EXPECT_THROW(emu().vmm_map_pages(0, range, page, bad.data(), bad.size()), logic_error);
-  for (auto h : handles) emu().vmm_release(0, h, page);
-  emu().vmm_free_address(0, range, 3 * page);
+  EXPECT_THROW(emu().virtual_memory()->map_pages(0, range, page, bad.data(), bad.size()), logic_error);
+  for (auto h : handles) emu().virtual_memory()->release(0, h, page);
+  emu().virtual_memory()->free_address(0, range, 3 * page);
 }
 
 TEST(Emulated, VirtualMemoryCreateFailsWhenTheDeviceIsFull) {
-  const std::size_t page = emu().vmm_granularity(2);
+  const std::size_t page = emu().virtual_memory()->granularity(2);
   const auto free = get_memory_info(device_id::emulated(2)).free;
-  EXPECT_EQ(emu().vmm_create(2, (free / page + 1) * page), 0U);
+  EXPECT_EQ(emu().virtual_memory()->create(2, (free / page + 1) * page), 0U);
 }
 
 TEST(Emulated, DelayIsAdjustable) {

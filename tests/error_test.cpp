@@ -126,12 +126,12 @@ TEST(Errors, AnEmulatedReservationTheSystemRefusesIsASystemError) {
   auto& emulated = detail::emulated_backend();
   const std::size_t huge = std::size_t{1} << 62;
   try {
-    (void)emulated.vmm_reserve(0, huge);
+    (void)emulated.virtual_memory()->reserve(0, huge);
     FAIL() << "reserved 2^62 bytes";
   } catch (const system_error& e) {
     EXPECT_EQ(e.code().value(), ENOMEM);
     EXPECT_THAT(e.what(), HasSubstr("vmm_reserve: cannot reserve"));
-    EXPECT_THAT(e.what(), HasSubstr("src/backend/emulated/emulated_backend.cpp:"));
+    EXPECT_THAT(e.what(), HasSubstr("src/backend/emulated/emulated_vmm.cpp:"));
   }
 }
 

@@ -431,6 +431,7 @@ TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
   stream s{this->dev()}, other{this->dev()};
   CUstream_st* const handle = stream_view{s}.native_handle();
   auto& backend = detail::backend_for(this->dev());
+  auto& graphs = detail::require_graphs(backend, "begin_capture");
   const int index = this->dev().index();
   const std::size_t n = 70'001;
   pinned input{this->dev(), n}, output{this->dev(), n};
@@ -450,7 +451,7 @@ TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
   resource->deallocate(before, n, s);
   s.synchronize();
 
-  backend.begin_capture(index, handle);
+  graphs.begin_capture(index, handle);
   void* a = resource->allocate(n, s);
   EXPECT_GE(pool->reserved_bytes(), n) << "the covered stream allocates from the pool";
   (void)copy_async(a, input.data(), n, s);
@@ -468,7 +469,7 @@ TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
   EXPECT_FALSE(overlaps(elsewhere, n, a, n) || overlaps(elsewhere, n, b, n));
   resource->deallocate(elsewhere, n, other);
   resource->deallocate(c, n, s);
-  void* const captured = backend.end_capture(index, handle);
+  const detail::graph_handle captured = graphs.end_capture(index, handle);
   detail::external_capture_ended(token);
 
   void* after = resource->allocate(n, s);  // the capture is over: ordinary again
@@ -479,14 +480,14 @@ TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
   for (int round = 0; round < 10; ++round) {
     const bytes_t source = random_bytes(n);
     input.write(source);
-    backend.launch_graph(index, captured, handle);
+    graphs.launch_graph(index, captured, handle);
     s.synchronize();
     const bytes_t out = output.read();
     for (std::size_t i = 0; i < n; ++i) {
       ASSERT_EQ(out[i], static_cast<std::uint8_t>(source[i] + delta)) << "launch " << round << ", byte " << i;
     }
   }
-  backend.destroy_graph(index, captured);
+  graphs.destroy_graph(index, captured);
   pool.reset();
   EXPECT_GT(upstream.live.load(), 0) << "`b` is live: its pool stays";
   resource->deallocate(b, n, s);

@@ -7,6 +7,25 @@
 //
 // Callers hold a device_guard for the device when they call; the CUDA backend
 // relies on the current device being right, the emulated one takes the index.
+//
+// The interface is a core every backend implements and capabilities it may
+// offer (as c10's DeviceGuardImplInterface and RMM's resources leave optional
+// operations out rather than stub them): pools(), virtual_memory() and
+// graphs() return nullptr where the backend has none, and callers test the
+// pointer. Adding a backend, as a checklist:
+//   1. Required: derive from `backend` and implement every pure virtual below
+//      (devices, device memory, pinned and registered host memory, streams,
+//      copies, events, pointer_info, peer access, kind() and traits()), and
+//      detail::device_kernels (backend/kernels.hpp) for its kernels.
+//   2. Optional: implement pool_capability, vmm_capability or
+//      graph_capability (one class and source each, as src/backend/emulated
+//      does) and return it from the accessor; the batched copies, the copy
+//      kernel and pageable_uploads_read_at_return decline by default.
+//   3. Register it: a `device_kind`, a slot in backend_for (backend.cpp) and in
+//      every per_kind table (backend/per_kind.hpp, kernels_for), and the
+//      other places docs/architecture.md lists under "Adding a backend".
+// A capability for IPC (sharing device memory between processes) is to be
+// added the same way, as an accessor returning nullptr by default.
 
 #include <array>
 #include <atomic>
@@ -14,7 +33,11 @@
 #include <optional>
 #include <string>
 
+#include "backend/graph_capability.hpp"
+#include "backend/handles.hpp"
 #include "backend/per_kind.hpp"
+#include "backend/pool_capability.hpp"
+#include "backend/vmm_capability.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_id.hpp"
 #include "syncmem/memory_kind.hpp"
@@ -24,8 +47,6 @@ struct CUevent_st;
 
 namespace syncmem::detail {
 
-using host_func = void (*)(void*);
-
 // Flags with the values of cudaHostAlloc* and cudaHostRegister*.
 inline constexpr unsigned host_alloc_portable = 1;
 inline constexpr unsigned host_alloc_mapped = 2;
@@ -33,18 +54,6 @@ inline constexpr unsigned host_alloc_write_combined = 4;
 inline constexpr unsigned host_register_portable = 1;
 inline constexpr unsigned host_register_mapped = 2;
 inline constexpr unsigned host_register_read_only = 8;
-
-// A physical allocation for the virtual memory API (cuMemCreate or emulated).
-using physical_handle = unsigned long long;
-
-// What a stream-ordered memory pool holds: bytes reserved from the device and
-// bytes handed out, now and at their high-water marks.
-struct memory_pool_usage {
-  std::size_t reserved = 0;
-  std::size_t reserved_high = 0;
-  std::size_t used = 0;
-  std::size_t used_high = 0;
-};
 
 // What a backend's devices can and cannot do, asked by the layers above
 // instead of testing the kind.
@@ -97,22 +106,6 @@ class backend {
   // throws for any other failure.
   [[nodiscard]] virtual void* allocate(int index, std::size_t bytes) = 0;
   virtual void deallocate(int index, void* p, std::size_t bytes) noexcept = 0;
-  // Stream-ordered allocation from a pool of syncmem's own (cudaMemPoolCreate
-  // for CUDA), so that its settings never change the device's default pool.
-  // supports_pools is false where the device cannot (no cudaMallocAsync).
-  // pool_allocate returns nullptr when out of memory. A pool is destroyed
-  // once its outstanding allocations have been freed (as cudaMemPoolDestroy).
-  [[nodiscard]] virtual bool supports_pools(int index) = 0;
-  [[nodiscard]] virtual void* create_pool(int index, std::size_t release_threshold) = 0;
-  virtual void destroy_pool(int index, void* pool) noexcept = 0;
-  [[nodiscard]] virtual void* pool_allocate(int index, void* pool, std::size_t bytes, CUstream_st* s) = 0;
-  virtual void pool_deallocate(int index, void* pool, void* p, CUstream_st* s) noexcept = 0;
-  // Releases cached memory of the pool until it holds at most keep_bytes.
-  virtual void pool_trim(int index, void* pool, std::size_t keep_bytes) = 0;
-  [[nodiscard]] virtual memory_pool_usage pool_usage(int index, void* pool) = 0;
-  // Resets the high-water marks of pool_usage to the current values.
-  virtual void pool_reset_peaks(int index, void* pool) = 0;
-
   // Pinned host memory; nullptr when pinning fails for lack of resources.
   [[nodiscard]] virtual void* allocate_pinned(std::size_t bytes, unsigned flags) = 0;
   virtual void deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
@@ -120,6 +113,8 @@ class backend {
   virtual void unregister_host(void* p) noexcept = 0;
 
   // Streams. default_stream is the handle default_stream(device) uses.
+  // launch_host_func refuses a capturing stream (graphs()->capture_host_func
+  // records a function into a graph instead).
   [[nodiscard]] virtual CUstream_st* create_stream(int index, bool non_blocking, int priority) = 0;
   virtual void destroy_stream(int index, CUstream_st* s) noexcept = 0;
   [[nodiscard]] virtual CUstream_st* default_stream(int index) = 0;
@@ -146,9 +141,12 @@ class backend {
   // pointer. The base class always says false.
   [[nodiscard]] virtual bool copy_kernel_batch(void* const* dsts, const void* const* srcs, const std::size_t* sizes,
                                                std::size_t count, int index, CUstream_st* s);
-  // Whether `s` is being captured into a graph (cudaStreamIsCapturing); false
-  // where the backend cannot capture.
-  [[nodiscard]] virtual bool stream_capturing(int index, CUstream_st* s);
+  // Whether `s` is being captured into a graph: graphs()->stream_capturing,
+  // false where the backend cannot capture.
+  [[nodiscard]] bool stream_capturing(int index, CUstream_st* s) {
+    graph_capability* const g = graphs();
+    return g != nullptr && g->stream_capturing(index, s);
+  }
   // Whether memcpy_async from pageable host memory to device `index` has read
   // its source when it returns (CUDA's driver copies it into its own staging
   // at the call). False where that is not promised: the base class, whose
@@ -156,25 +154,6 @@ class backend {
   // memory through the host's page tables (ATS), where the driver may read it
   // in stream order.
   [[nodiscard]] virtual bool pageable_uploads_read_at_return(int index);
-
-  // Stream capture (see include/syncmem/graph.hpp). While `s` is captured the
-  // work enqueued on it is recorded, not run. end_capture returns an
-  // executable graph (cudaGraphExec_t for CUDA), launched as one piece of work
-  // on a stream of the device and destroyed by destroy_graph. launch_host_func
-  // refuses a capturing stream (its function runs once and is then freed);
-  // capture_host_func records `fn(user_data)` to run at every launch and calls
-  // `release(user_data)` once the graph and every launch of it are gone (it
-  // owns user_data from the call on: release runs also when it throws). The
-  // base class refuses capture (unsupported_error).
-  virtual void begin_capture(int index, CUstream_st* s);
-  [[nodiscard]] virtual void* end_capture(int index, CUstream_st* s);
-  virtual void launch_graph(int index, void* graph, CUstream_st* s);
-  virtual void destroy_graph(int index, void* graph) noexcept;
-  virtual void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release);
-  // The number of the capture `s` takes part in (CUDA's capture sequence id,
-  // the same for every stream a capture has forked to), or 0 when `s` is not
-  // being captured or the backend cannot fork captures (the base class).
-  [[nodiscard]] virtual unsigned long long capture_sequence(int index, CUstream_st* s);
 
   // Events.
   [[nodiscard]] virtual CUevent_st* create_event(int index, bool timing, bool blocking_sync) = 0;
@@ -197,20 +176,12 @@ class backend {
   [[nodiscard]] virtual bool can_access_peer(int index, int peer) = 0;
   virtual void enable_peer_access(int index, int peer) = 0;
 
-  // The virtual memory API (growable segments). vmm_granularity returns 0
-  // when the device does not support it.
-  [[nodiscard]] virtual std::size_t vmm_granularity(int index) = 0;
-  [[nodiscard]] virtual void* vmm_reserve(int index, std::size_t bytes) = 0;
-  virtual void vmm_free_address(int index, void* p, std::size_t bytes) noexcept = 0;
-  // 0 when out of memory.
-  [[nodiscard]] virtual physical_handle vmm_create(int index, std::size_t bytes) = 0;
-  virtual void vmm_release(int index, physical_handle h, std::size_t bytes) noexcept = 0;
-  virtual void vmm_map(int index, void* p, std::size_t bytes, physical_handle h) = 0;
-  virtual void vmm_unmap(int index, void* p, std::size_t bytes) noexcept = 0;
-  // Maps `count` handles of `page` bytes each, one after the other from `p`;
-  // nothing stays mapped if it throws. Backends may do it in fewer calls
-  // than a vmm_map per page (CUDA: one access change for the whole stretch).
-  virtual void vmm_map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count);
+  // Optional capabilities: nullptr where the backend has none (the base
+  // class has none). A capability that exists may still be missing on one
+  // device: pools()->supported(index), virtual_memory()->granularity(index).
+  [[nodiscard]] virtual pool_capability* pools() noexcept { return nullptr; }
+  [[nodiscard]] virtual vmm_capability* virtual_memory() noexcept { return nullptr; }
+  [[nodiscard]] virtual graph_capability* graphs() noexcept { return nullptr; }
 };
 
 // How many captures begun by syncmem::begin_capture are open, on any device
@@ -225,6 +196,10 @@ inline void capture_closed() noexcept { open_captures.fetch_sub(1, std::memory_o
 // reports no devices and refuses everything else.
 [[nodiscard]] backend& backend_for(device_kind kind) noexcept;
 [[nodiscard]] inline backend& backend_for(device_id id) noexcept { return backend_for(id.kind()); }
+
+// The backend's graphs(), or syncmem::unsupported_error naming `operation`
+// where it cannot capture streams into graphs.
+[[nodiscard]] graph_capability& require_graphs(backend& b, const char* operation);
 
 // Implemented in src/backend/cuda (or src/backend/none/no_cuda_backend.cpp) and src/backend/emulated.
 [[nodiscard]] backend& cuda_backend() noexcept;

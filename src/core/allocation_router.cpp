@@ -62,7 +62,8 @@ std::atomic<int> filtered_pool_routes{0};
 
 unsigned long long sequence_of(stream_view s) {
   device_guard guard{s.device()};
-  return backend_for(s.device()).capture_sequence(s.device().index(), s.native_handle());
+  graph_capability* const graphs = backend_for(s.device()).graphs();
+  return graphs == nullptr ? 0 : graphs->capture_sequence(s.device().index(), s.native_handle());
 }
 
 std::uint64_t add(registry& r, route x) {

@@ -24,7 +24,7 @@ void begin_capture(stream_view s, const graph_pool& pool) {
   auto& backend = detail::backend_for(s.device());
   SYNCMEM_EXPECTS(!backend.stream_capturing(s.device().index(), s.native_handle()),
                   fmt::format("begin_capture: the stream of {} is already being captured", to_string(s.device())));
-  backend.begin_capture(s.device().index(), s.native_handle());
+  detail::require_graphs(backend, "begin_capture").begin_capture(s.device().index(), s.native_handle());
   detail::capture_began(s, detail::graph_pool_access::state(pool));
 }
 
@@ -38,7 +38,8 @@ graph end_capture(stream_view s) {
   // The capture is over even when ending it throws (invalidated); its pool
   // then goes with what it reserved, unless other graphs or handles hold it.
   auto pool = detail::capture_ended(s);
-  return graph{s.device(), backend.end_capture(s.device().index(), s.native_handle()), std::move(pool)};
+  const auto handle = detail::require_graphs(backend, "end_capture").end_capture(s.device().index(), s.native_handle());
+  return graph{s.device(), detail::pointer_of<void*>(handle), std::move(pool)};
 }
 
 bool is_capturing(stream_view s) {
@@ -79,14 +80,17 @@ void graph::launch(stream_view s) const {
                   fmt::format("graph::launch: the stream of {} is being captured; launching a graph inside a capture "
                               "is not supported",
                               to_string(device_)));
-  backend.launch_graph(device_.index(), handle_, s.native_handle());
+  detail::require_graphs(backend, "launch_graph")
+      .launch_graph(device_.index(), detail::handle_of<detail::graph_handle>(handle_), s.native_handle());
 }
 
 void graph::reset() noexcept {
   if (handle_ == nullptr) return;
   try {
     device_guard guard{device_};
-    detail::backend_for(device_).destroy_graph(device_.index(), handle_);
+    if (auto* const graphs = detail::backend_for(device_).graphs()) {
+      graphs->destroy_graph(device_.index(), detail::handle_of<detail::graph_handle>(handle_));
+    }
   } catch (...) {
     // the device is gone; nothing to release
     detail::log_ignored("destroying a graph");

@@ -44,7 +44,8 @@ void abandon_capture(device_id device, CUstream_st* handle) noexcept {
         "before the stream goes)",
         to_string(device));
     const auto pool = detail::capture_ended(detail::stream_access::make(device, handle));
-    backend.destroy_graph(device.index(), backend.end_capture(device.index(), handle));
+    auto& graphs = detail::require_graphs(backend, "end_capture");
+    graphs.destroy_graph(device.index(), graphs.end_capture(device.index(), handle));
   } catch (...) {
     // an invalidated capture leaves no graph to destroy
     detail::log_ignored("discarding the capture of a destroyed stream");
@@ -111,7 +112,8 @@ void stream_view::launch_host_func(std::function<void()> fn) const {
     // Recorded into a graph: called at every launch, freed with the graph.
     auto call = [](void* data) { (*static_cast<std::function<void()>*>(data))(); };
     auto release = [](void* data) { delete static_cast<std::function<void()>*>(data); };
-    backend.capture_host_func(device_.index(), handle_, call, owned.release(), release);
+    detail::require_graphs(backend, "capture_host_func")
+        .capture_host_func(device_.index(), handle_, call, owned.release(), release);
     return;
   }
   auto trampoline = [](void* data) {

@@ -15,15 +15,28 @@
 namespace syncmem::mr {
 
 namespace {
+[[noreturn]] void refuse_pools(device_id device) {
+  SYNCMEM_UNSUPPORTED(
+      fmt::format("cuda_async_resource: {} has no stream-ordered memory pools "
+                  "(cudaDevAttrMemoryPoolsSupported is 0)",
+                  to_string(device)));
+}
+
+// The backend's pools; a backend without them refuses as a device without them does.
+syncmem::detail::pool_capability& pools_of(device_id device) {
+  auto* const pools = syncmem::detail::backend_for(device).pools();
+  if (pools == nullptr) refuse_pools(device);
+  return *pools;
+}
+
+syncmem::detail::pool_handle handle_of(void* pool) {
+  return syncmem::detail::handle_of<syncmem::detail::pool_handle>(pool);
+}
+
 device_id checked_pool_device(device_id device) {
   check_device(device);
   device_guard guard{device};
-  if (!syncmem::detail::backend_for(device).supports_pools(device.index())) {
-    SYNCMEM_UNSUPPORTED(
-        fmt::format("cuda_async_resource: {} has no stream-ordered memory pools "
-                    "(cudaDevAttrMemoryPoolsSupported is 0)",
-                    to_string(device)));
-  }
+  if (!pools_of(device).supported(device.index())) refuse_pools(device);
   return device;
 }
 }  // namespace
@@ -31,13 +44,13 @@ device_id checked_pool_device(device_id device) {
 cuda_async_resource::cuda_async_resource(device_id device, cuda_async_options options)
     : memory_resource{memory_kind::device, checked_pool_device(device), default_alignment}, options_{options} {
   device_guard guard{device};
-  pool_ = syncmem::detail::backend_for(device).create_pool(device.index(), options.release_threshold);
+  pool_ = syncmem::detail::pointer_of<void*>(pools_of(device).create(device.index(), options.release_threshold));
 }
 
 cuda_async_resource::~cuda_async_resource() {
   try {
     device_guard guard{*device()};
-    syncmem::detail::backend_for(*device()).destroy_pool(device()->index(), pool_);
+    pools_of(*device()).destroy(device()->index(), handle_of(pool_));
   } catch (...) {
     // the device is gone, and the pool with it
     syncmem::detail::log_ignored("destroying a CUDA memory pool");
@@ -48,28 +61,28 @@ std::string cuda_async_resource::name() const { return fmt::format("cuda_async_r
 
 cuda_async_statistics cuda_async_resource::statistics() const {
   device_guard guard{*device()};
-  const auto u = syncmem::detail::backend_for(*device()).pool_usage(device()->index(), pool_);
+  const auto u = pools_of(*device()).usage(device()->index(), handle_of(pool_));
   return {u.reserved, u.reserved_high, u.used, u.used_high};
 }
 
 void cuda_async_resource::reset_peaks() {
   device_guard guard{*device()};
-  syncmem::detail::backend_for(*device()).pool_reset_peaks(device()->index(), pool_);
+  pools_of(*device()).reset_peaks(device()->index(), handle_of(pool_));
 }
 
 void cuda_async_resource::trim(std::size_t keep_bytes) {
   device_guard guard{*device()};
-  syncmem::detail::backend_for(*device()).pool_trim(device()->index(), pool_, keep_bytes);
+  pools_of(*device()).trim(device()->index(), handle_of(pool_), keep_bytes);
 }
 
 void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
   const device_id d = *device();
   device_guard guard{d};
-  auto& backend = syncmem::detail::backend_for(d);
-  if (void* p = backend.pool_allocate(d.index(), pool_, bytes, stream.native_handle())) return p;
+  auto& pools = pools_of(d);
+  if (void* p = pools.allocate(d.index(), handle_of(pool_), bytes, stream.native_handle())) return p;
   oom_info info = detail::device_oom_info(d, bytes, name());
   try {
-    const auto usage = backend.pool_usage(d.index(), pool_);
+    const auto usage = pools.usage(d.index(), handle_of(pool_));
     info.reserved = usage.reserved;
     info.in_use = usage.used;
   } catch (...) {
@@ -82,7 +95,7 @@ void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, st
 void cuda_async_resource::do_deallocate(void* p, std::size_t, stream_view stream, std::size_t) noexcept {
   try {
     device_guard guard{*device()};
-    syncmem::detail::backend_for(*device()).pool_deallocate(device()->index(), pool_, p, stream.native_handle());
+    pools_of(*device()).deallocate(device()->index(), handle_of(pool_), p, stream.native_handle());
   } catch (...) {
     // the device is gone
     syncmem::detail::log_ignored("freeing to a CUDA memory pool");

@@ -19,6 +19,9 @@
 
 #include "backend/backend.hpp"
 #include "backend/cuda/copy_kernels.hpp"
+#include "backend/cuda/cuda_graphs.hpp"
+#include "backend/cuda/cuda_pools.hpp"
+#include "backend/cuda/cuda_vmm.hpp"
 #include "backend/cuda/driver_api.hpp"
 #include "core/log.hpp"
 #include "syncmem/error.hpp"
@@ -37,16 +40,6 @@ namespace {
 
 cudaStream_t native(CUstream_st* s) noexcept { return s; }
 cudaEvent_t native(CUevent_st* e) noexcept { return e; }
-
-// Whether a driver call with a runtime twin did the work (see driver_api.hpp):
-// false where no context is current on this thread yet, for the runtime's
-// call to bind one and do it; other errors are thrown, under the runtime's
-// name for the code (the runtime's codes are the driver's).
-bool driver_did(CUresult status, const char* call, int line) {
-  if (status == CUDA_SUCCESS) return true;
-  if (status == CUDA_ERROR_INVALID_CONTEXT) return false;
-  syncmem::detail::throw_cuda_error(static_cast<int>(status), call, __FILE__, line);
-}
 
 // A PCIe link speed as sysfs writes it ("32.0 GT/s PCIe") to a generation.
 int pcie_generation_of(const std::string& speed) {
@@ -81,31 +74,6 @@ void CUDART_CB run_host_call(void* data) {
   } catch (...) {
     logger().error("a host function enqueued on a CUDA stream threw");
   }
-  delete call;
-}
-
-// A host function recorded into a graph: run at every launch, released with
-// the graph through a CUDA user object.
-struct captured_call {
-  host_func fn;
-  void* user_data;
-  host_func release;
-};
-
-void CUDART_CB run_captured_call(void* data) {
-  auto* call = static_cast<captured_call*>(data);
-  try {
-    call->fn(call->user_data);
-  } catch (const std::exception& e) {
-    logger().error("a host function launched by a CUDA graph threw: {}", e.what());
-  } catch (...) {
-    logger().error("a host function launched by a CUDA graph threw");
-  }
-}
-
-void CUDART_CB release_captured_call(void* data) {
-  auto* call = static_cast<captured_call*>(data);
-  call->release(call->user_data);
   delete call;
 }
 
@@ -278,74 +246,6 @@ class backend_impl final : public backend {
 
   void deallocate(int, void* p, std::size_t) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFree(p)); }
 
-  bool supports_pools(int index) override {
-    int supported = 0;
-    SYNCMEM_CUDA_TRY(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, index));
-    return supported != 0;
-  }
-
-  void* create_pool(int index, std::size_t release_threshold) override {
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.handleTypes = cudaMemHandleTypeNone;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = index;
-    cudaMemPool_t pool = nullptr;
-    SYNCMEM_CUDA_TRY(cudaMemPoolCreate(&pool, &props));
-    cuuint64_t threshold = release_threshold;
-    const cudaError_t status = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
-    if (status != cudaSuccess) {
-      (void)cudaMemPoolDestroy(pool);
-      SYNCMEM_CUDA_TRY(status);
-    }
-    return pool;
-  }
-
-  void destroy_pool(int, void* pool) noexcept override {
-    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool)));
-  }
-
-  void* pool_allocate(int, void* pool, std::size_t bytes, CUstream_st* s) override {
-    void* p = nullptr;
-    const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, static_cast<cudaMemPool_t>(pool), native(s));
-    if (status == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    SYNCMEM_CUDA_TRY(status);
-    return p;
-  }
-
-  void pool_deallocate(int, void*, void* p, CUstream_st* s) noexcept override {
-    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFreeAsync(p, native(s)));
-  }
-
-  void pool_trim(int, void* pool, std::size_t keep_bytes) override {
-    SYNCMEM_CUDA_TRY(cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool), keep_bytes));
-  }
-
-  memory_pool_usage pool_usage(int, void* pool) override {
-    auto* p = static_cast<cudaMemPool_t>(pool);
-    auto read = [p](cudaMemPoolAttr attr) {
-      cuuint64_t value = 0;
-      SYNCMEM_CUDA_TRY(cudaMemPoolGetAttribute(p, attr, &value));
-      return static_cast<std::size_t>(value);
-    };
-    memory_pool_usage u;
-    u.reserved = read(cudaMemPoolAttrReservedMemCurrent);
-    u.reserved_high = read(cudaMemPoolAttrReservedMemHigh);
-    u.used = read(cudaMemPoolAttrUsedMemCurrent);
-    u.used_high = read(cudaMemPoolAttrUsedMemHigh);
-    return u;
-  }
-
-  void pool_reset_peaks(int, void* pool) override {
-    auto* p = static_cast<cudaMemPool_t>(pool);
-    cuuint64_t zero = 0;  // the only value these attributes accept: resets to the current value
-    SYNCMEM_CUDA_TRY(cudaMemPoolSetAttribute(p, cudaMemPoolAttrReservedMemHigh, &zero));
-    SYNCMEM_CUDA_TRY(cudaMemPoolSetAttribute(p, cudaMemPoolAttrUsedMemHigh, &zero));
-  }
-
   void* allocate_pinned(std::size_t bytes, unsigned flags) override {
     void* p = nullptr;
     const cudaError_t status = cudaHostAlloc(&p, bytes, flags);
@@ -386,7 +286,7 @@ class backend_impl final : public backend {
   CUstream_st* default_stream(int) override { return nullptr; }  // the legacy default stream
   void synchronize_stream(int, CUstream_st* s) override {
     const auto sync = driver().stream_synchronize;
-    if (sync != nullptr && driver_did(sync(s), "cuStreamSynchronize(s)", __LINE__)) return;
+    if (sync != nullptr && driver_did(sync(s), "cuStreamSynchronize(s)", __FILE__, __LINE__)) return;
     SYNCMEM_CUDA_TRY(cudaStreamSynchronize(native(s)));
   }
 
@@ -416,7 +316,7 @@ class backend_impl final : public backend {
     const auto copy = driver().memcpy_async;  // with unified addressing, cudaMemcpyDefault's copy
     if (copy != nullptr &&
         driver_did(copy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, s),
-                   "cuMemcpyAsync(dst, src, bytes, s)", __LINE__)) {
+                   "cuMemcpyAsync(dst, src, bytes, s)", __FILE__, __LINE__)) {
       return;
     }
     SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(s)));
@@ -488,78 +388,6 @@ class backend_impl final : public backend {
     }
   }
 
-  bool stream_capturing(int, CUstream_st* s) override {
-    if (const auto query = driver().stream_is_capturing) {
-      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-      if (driver_did(query(s, &status), "cuStreamIsCapturing(s, &status)", __LINE__)) {
-        return status != CU_STREAM_CAPTURE_STATUS_NONE;
-      }
-    }
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    SYNCMEM_CUDA_TRY(cudaStreamIsCapturing(native(s), &status));
-    return status != cudaStreamCaptureStatusNone;
-  }
-
-  // ---- capture -----------------------------------------------------------------
-  // Thread-local mode: CUDA then refuses the calls that are unsafe in capture
-  // (cudaMalloc, synchronisation, queries) made by the capturing thread, which
-  // is where syncmem must prove itself capture-safe, without failing the
-  // other threads' ordinary work as the global mode would. The capture must be
-  // ended on the thread that began it.
-  void begin_capture(int, CUstream_st* s) override {
-    SYNCMEM_CUDA_TRY(cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal));
-  }
-
-  void* end_capture(int, CUstream_st* s) override {
-    cudaGraph_t graph = nullptr;
-    SYNCMEM_CUDA_TRY(cudaStreamEndCapture(native(s), &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphDestroy(graph));  // the executable graph keeps what it needs
-    SYNCMEM_CUDA_TRY(instantiated);
-    return exec;
-  }
-
-  void launch_graph(int, void* graph, CUstream_st* s) override {
-    SYNCMEM_CUDA_TRY(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), native(s)));
-  }
-
-  void destroy_graph(int, void* graph) noexcept override {
-    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
-  }
-
-  unsigned long long capture_sequence(int, CUstream_st* s) override {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    unsigned long long id = 0;
-    if (s == nullptr) return 0;  // the legacy default stream cannot be captured
-    if (cudaStreamGetCaptureInfo(native(s), &status, &id) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return status == cudaStreamCaptureStatusActive ? id : 0;
-  }
-
-  void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) override {
-    auto* call = new captured_call{fn, user_data, release};
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    cudaGraph_t graph = nullptr;
-    const cudaError_t queried = cudaStreamGetCaptureInfo(native(s), &status, nullptr, &graph);
-    if (queried != cudaSuccess || status != cudaStreamCaptureStatusActive) release_captured_call(call);
-    SYNCMEM_CUDA_TRY(queried);
-    SYNCMEM_EXPECTS(status == cudaStreamCaptureStatusActive,
-                    fmt::format("capture_host_func: the stream of cuda:{} is not being captured", index));
-    cudaUserObject_t object = nullptr;
-    const cudaError_t created =
-        cudaUserObjectCreate(&object, call, release_captured_call, 1, cudaUserObjectNoDestructorSync);
-    if (created != cudaSuccess) release_captured_call(call);
-    SYNCMEM_CUDA_TRY(created);
-    const cudaError_t retained = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
-    if (retained != cudaSuccess) SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaUserObjectRelease(object, 1));
-    SYNCMEM_CUDA_TRY(retained);
-    // The graph owns the call now, and releases it with itself even if this launch fails.
-    SYNCMEM_CUDA_TRY(cudaLaunchHostFunc(native(s), run_captured_call, call));
-  }
-
   // ---- events ----------------------------------------------------------------
   CUevent_st* create_event(int, bool timing, bool blocking_sync) override {
     unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
@@ -572,7 +400,7 @@ class backend_impl final : public backend {
   void destroy_event(int, CUevent_st* e) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(e)); }
   void record_event(int, CUevent_st* e, CUstream_st* s) override {
     const auto record = driver().event_record;
-    if (record != nullptr && driver_did(record(e, s), "cuEventRecord(e, s)", __LINE__)) return;
+    if (record != nullptr && driver_did(record(e, s), "cuEventRecord(e, s)", __FILE__, __LINE__)) return;
     SYNCMEM_CUDA_TRY(cudaEventRecord(e, s));
   }
 
@@ -656,97 +484,10 @@ class backend_impl final : public backend {
     SYNCMEM_CUDA_TRY(status);
   }
 
-  // ---- virtual memory ----------------------------------------------------------
-  std::size_t vmm_granularity(int index) override {
-    const auto& api = driver();
-    if (!api.loaded) return 0;
-    int supported = 0;
-    if (api.device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, index) !=
-            CUDA_SUCCESS ||
-        supported == 0) {
-      return 0;
-    }
-    auto prop = allocation_prop(index);
-    size_t granularity = 0;
-    SYNCMEM_CU_TRY(api.mem_get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
-    return granularity;
-  }
-
-  void* vmm_reserve(int, std::size_t bytes) override {
-    CUdeviceptr p = 0;
-    SYNCMEM_CU_TRY(driver().mem_address_reserve(&p, bytes, 0, 0, 0));
-    return reinterpret_cast<void*>(p);
-  }
-
-  void vmm_free_address(int, void* p, std::size_t bytes) noexcept override {
-    const CUresult status = driver().mem_address_free(reinterpret_cast<CUdeviceptr>(p), bytes);
-    if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
-      logger().error("cuMemAddressFree failed: {}", static_cast<int>(status));
-    }
-  }
-
-  physical_handle vmm_create(int index, std::size_t bytes) override {
-    auto prop = allocation_prop(index);
-    CUmemGenericAllocationHandle handle = 0;
-    const CUresult status = driver().mem_create(&handle, bytes, &prop, 0);
-    if (status == CUDA_ERROR_OUT_OF_MEMORY) return 0;
-    SYNCMEM_CU_TRY(status);
-    return handle;
-  }
-
-  void vmm_release(int, physical_handle h, std::size_t) noexcept override {
-    const CUresult status = driver().mem_release(h);
-    if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
-      logger().error("cuMemRelease failed: {}", static_cast<int>(status));
-    }
-  }
-
-  void vmm_map(int index, void* p, std::size_t bytes, physical_handle h) override {
-    const auto address = reinterpret_cast<CUdeviceptr>(p);
-    SYNCMEM_CU_TRY(driver().mem_map(address, bytes, 0, h, 0));
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = index;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    const CUresult status = driver().mem_set_access(address, bytes, &access, 1);
-    if (status != CUDA_SUCCESS) {
-      driver().mem_unmap(address, bytes);
-      throw_driver_error(status, "cuMemSetAccess", __FILE__, __LINE__);
-    }
-  }
-
-  // One access change for the whole stretch: cuMemSetAccess costs about as
-  // much for many pages as for one.
-  void vmm_map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count) override {
-    const auto address = reinterpret_cast<CUdeviceptr>(p);
-    std::size_t mapped = 0;
-    auto undo = [&] {
-      for (std::size_t i = 0; i < mapped; ++i) driver().mem_unmap(address + i * page, page);
-    };
-    for (; mapped < count; ++mapped) {
-      const CUresult status = driver().mem_map(address + mapped * page, page, 0, handles[mapped], 0);
-      if (status != CUDA_SUCCESS) {
-        undo();
-        throw_driver_error(status, "cuMemMap", __FILE__, __LINE__);
-      }
-    }
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = index;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    const CUresult status = driver().mem_set_access(address, page * count, &access, 1);
-    if (status != CUDA_SUCCESS) {
-      undo();
-      throw_driver_error(status, "cuMemSetAccess", __FILE__, __LINE__);
-    }
-  }
-
-  void vmm_unmap(int, void* p, std::size_t bytes) noexcept override {
-    const CUresult status = driver().mem_unmap(reinterpret_cast<CUdeviceptr>(p), bytes);
-    if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
-      logger().error("cuMemUnmap failed: {}", static_cast<int>(status));
-    }
-  }
+  // ---- capabilities --------------------------------------------------------------
+  pool_capability* pools() noexcept override { return &pools_; }
+  vmm_capability* virtual_memory() noexcept override { return &vmm_; }
+  graph_capability* graphs() noexcept override { return &graphs_; }
 
  private:
   // A yes-or-no property of each device, asked of the runtime once.
@@ -785,14 +526,9 @@ class backend_impl final : public backend {
     });
   }
 
-  static CUmemAllocationProp allocation_prop(int index) {
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = index;
-    return prop;
-  }
-
+  cuda_pools pools_;
+  cuda_vmm vmm_;
+  cuda_graphs graphs_;
   std::atomic<bool> batch_supported_{true};
   per_device_answer host_pointers_;    // addresses_host_memory
   per_device_answer pageable_staged_;  // pageable_uploads_read_at_return

@@ -60,4 +60,10 @@ void throw_driver_error(CUresult code, const char* call, const char* file, int l
   throw cuda_error{static_cast<int>(code), name, message, call, short_path(file), line};
 }
 
+bool driver_did(CUresult status, const char* call, const char* file, int line) {
+  if (status == CUDA_SUCCESS) return true;
+  if (status == CUDA_ERROR_INVALID_CONTEXT) return false;
+  syncmem::detail::throw_cuda_error(static_cast<int>(status), call, file, line);
+}
+
 }  // namespace syncmem::detail::cuda

@@ -59,4 +59,10 @@ struct driver_api {
 
 namespace syncmem::detail::cuda {
 [[noreturn]] void throw_driver_error(CUresult code, const char* call, const char* file, int line);
-}
+
+// Whether a driver call with a runtime twin did the work (see driver_api):
+// false where no context is current on this thread yet, for the runtime's
+// call to bind one and do it; other errors are thrown, under the runtime's
+// name for the code (the runtime's codes are the driver's).
+[[nodiscard]] bool driver_did(CUresult status, const char* call, const char* file, int line);
+}  // namespace syncmem::detail::cuda

@@ -1,5 +1,6 @@
-// The CUDA backend of a build without CUDA: no devices, and every device
-// operation refused with syncmem::unsupported_error.
+// The CUDA backend of a build without CUDA: no devices, every core operation
+// refused with syncmem::unsupported_error, and no capabilities (no pools,
+// virtual memory or graphs).
 
 #include "backend/backend.hpp"
 #include "syncmem/error.hpp"
@@ -44,14 +45,6 @@ class backend_impl final : public backend {
   int current_index() override { refuse(); }
   void* allocate(int, std::size_t) override { refuse(); }
   void deallocate(int, void*, std::size_t) noexcept override {}
-  bool supports_pools(int) override { return false; }
-  void* create_pool(int, std::size_t) override { refuse(); }
-  void destroy_pool(int, void*) noexcept override {}
-  void* pool_allocate(int, void*, std::size_t, CUstream_st*) override { refuse(); }
-  void pool_deallocate(int, void*, void*, CUstream_st*) noexcept override {}
-  void pool_trim(int, void*, std::size_t) override { refuse(); }
-  memory_pool_usage pool_usage(int, void*) override { refuse(); }
-  void pool_reset_peaks(int, void*) override { refuse(); }
   void* allocate_pinned(std::size_t, unsigned) override { refuse(); }
   void deallocate_pinned(void*, std::size_t) noexcept override {}
   void register_host(void*, std::size_t, unsigned) override { refuse(); }
@@ -74,13 +67,6 @@ class backend_impl final : public backend {
   std::optional<pointer_attributes> pointer_info(const void*) override { return std::nullopt; }
   bool can_access_peer(int, int) override { refuse(); }
   void enable_peer_access(int, int) override { refuse(); }
-  std::size_t vmm_granularity(int) override { return 0; }
-  void* vmm_reserve(int, std::size_t) override { refuse(); }
-  void vmm_free_address(int, void*, std::size_t) noexcept override {}
-  physical_handle vmm_create(int, std::size_t) override { refuse(); }
-  void vmm_release(int, physical_handle, std::size_t) noexcept override {}
-  void vmm_map(int, void*, std::size_t, physical_handle) override { refuse(); }
-  void vmm_unmap(int, void*, std::size_t) noexcept override {}
 };
 
 }  // namespace

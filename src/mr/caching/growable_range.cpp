@@ -28,6 +28,7 @@ growable_range::growable_range(device_id device, settings config, std::string na
                                reservation& reserved, caching_events& events)
     : device_{device},
       backend_{syncmem::detail::backend_for(device)},
+      vmm_{backend_.virtual_memory()},
       index_{device.index()},
       config_{config},
       name_{std::move(name)},
@@ -51,7 +52,7 @@ bool growable_range::ready() {
 bool growable_range::reserve_range() {
   device_guard guard{device_};
   backend_.make_current(index_);  // the driver's virtual memory calls need the context current on this thread
-  const std::size_t granularity = backend_.vmm_granularity(index_);
+  const std::size_t granularity = vmm_ == nullptr ? 0 : vmm_->granularity(index_);
   if (granularity == 0) {
     syncmem::detail::logger().info("{}: {} has no virtual memory management; growable segments are off", name_,
                                    to_string(device_));
@@ -65,7 +66,7 @@ bool growable_range::reserve_range() {
   block* u = pools_.blocks().make();
   void* base = nullptr;
   try {
-    base = backend_.vmm_reserve(index_, size);
+    base = vmm_->reserve(index_, size);
   } catch (...) {
     pools_.blocks().release(u);
     throw;
@@ -216,7 +217,7 @@ bool growable_range::map_stretch(std::uintptr_t at, std::size_t count) {
     for (unit& u : units) {
       if (u.h != 0) continue;
       const std::size_t bytes = (u.large ? large_pages_ : 1) * page_size_;
-      u.h = backend_.vmm_create(index_, bytes);
+      u.h = vmm_->create(index_, bytes);
       if (u.h == 0) {
         give_back_handles(units);
         return false;
@@ -281,20 +282,19 @@ void growable_range::map_units(const std::vector<unit>& units) {
     std::vector<handle> run;
     for (std::size_t i = 0; i < units.size();) {
       if (units[i].large) {
-        backend_.vmm_map(index_, reinterpret_cast<void*>(units[i].at), large_pages_ * page_size_, units[i].h);
+        vmm_->map(index_, reinterpret_cast<void*>(units[i].at), large_pages_ * page_size_, units[i].h);
         done = ++i;
         continue;
       }
       run.clear();
       std::size_t j = i;
       for (; j < units.size() && !units[j].large; ++j) run.push_back(units[j].h);
-      backend_.vmm_map_pages(index_, reinterpret_cast<void*>(units[i].at), page_size_, run.data(), run.size());
+      vmm_->map_pages(index_, reinterpret_cast<void*>(units[i].at), page_size_, run.data(), run.size());
       done = i = j;
     }
   } catch (...) {
     for (std::size_t i = 0; i < done; ++i) {
-      backend_.vmm_unmap(index_, reinterpret_cast<void*>(units[i].at),
-                         (units[i].large ? large_pages_ : 1) * page_size_);
+      vmm_->unmap(index_, reinterpret_cast<void*>(units[i].at), (units[i].large ? large_pages_ : 1) * page_size_);
     }
     throw;
   }
@@ -562,7 +562,7 @@ std::size_t growable_range::settle(bool device_idle) {
   std::size_t released = 0;
   std::erase_if(orphans_, [this, &released](const std::pair<handle, std::size_t>& o) {
     if (still_mapped_elsewhere(o.first)) return false;
-    backend_.vmm_release(index_, o.first, o.second);
+    vmm_->release(index_, o.first, o.second);
     reserved_.remove(o.second);
     released += o.second;
     return true;
@@ -575,7 +575,7 @@ void growable_range::unmap_moved(block* b) {
   for (std::uintptr_t at = b->ptr; at < b->end();) {
     const std::size_t first = slot_of(at);
     const std::size_t n = large_[first] ? large_pages_ : 1;
-    backend_.vmm_unmap(index_, reinterpret_cast<void*>(at), n * page_size_);
+    vmm_->unmap(index_, reinterpret_cast<void*>(at), n * page_size_);
     for (std::size_t i = first; i < first + n; ++i) {
       pages_[i] = 0;
       large_[i] = false;
@@ -643,7 +643,7 @@ void growable_range::unmap_unit(std::uintptr_t address, bool keep_handle) noexce
   const bool large = large_[first];
   const std::size_t n = large ? large_pages_ : 1;
   const std::size_t bytes = n * page_size_;
-  backend_.vmm_unmap(index_, reinterpret_cast<void*>(address), bytes);
+  vmm_->unmap(index_, reinterpret_cast<void*>(address), bytes);
   const auto h = pages_[first];
   for (std::size_t i = first; i < first + n; ++i) {
     pages_[i] = 0;
@@ -653,7 +653,7 @@ void growable_range::unmap_unit(std::uintptr_t address, bool keep_handle) noexce
   if (keep_handle) {
     (large ? spare_large_ : spare_pages_).push_back(h);  // room reserved by cut_out
   } else {
-    backend_.vmm_release(index_, h, bytes);
+    vmm_->release(index_, h, bytes);
     reserved_.remove(bytes);
   }
 }
@@ -687,7 +687,7 @@ void growable_range::release_spares() noexcept {
         orphans_.emplace_back(h, bytes);
         return;
       }
-      backend_.vmm_release(index_, h, bytes);
+      vmm_->release(index_, h, bytes);
       reserved_.remove(bytes);
     };
     for (auto h : spare_pages_) let_go(h, page_size_);
@@ -706,14 +706,14 @@ void growable_range::release_all() noexcept {
     for (std::size_t i = 0; i < pages_.size();) {
       const std::size_t n = large_[i] ? large_pages_ : 1;
       if (pages_[i] != 0) {
-        backend_.vmm_unmap(index_, reinterpret_cast<void*>(range_->base + i * page_size_), n * page_size_);
-        backend_.vmm_release(index_, pages_[i], n * page_size_);
+        vmm_->unmap(index_, reinterpret_cast<void*>(range_->base + i * page_size_), n * page_size_);
+        vmm_->release(index_, pages_[i], n * page_size_);
       }
       i += n;
     }
-    for (auto h : spare_pages_) backend_.vmm_release(index_, h, page_size_);
-    for (auto h : spare_large_) backend_.vmm_release(index_, h, large_pages_ * page_size_);
-    backend_.vmm_free_address(index_, reinterpret_cast<void*>(range_->base), range_->size);
+    for (auto h : spare_pages_) vmm_->release(index_, h, page_size_);
+    for (auto h : spare_large_) vmm_->release(index_, h, large_pages_ * page_size_);
+    vmm_->free_address(index_, reinterpret_cast<void*>(range_->base), range_->size);
   });
 }
 

@@ -144,6 +144,7 @@ class growable_range {
 
   const device_id device_;
   syncmem::detail::backend& backend_;
+  syncmem::detail::vmm_capability* vmm_;  // null where the backend has no virtual memory API
   const int index_;
   const settings config_;
   const std::string name_;

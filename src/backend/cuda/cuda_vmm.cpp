@@ -1,0 +1,109 @@
+#include "backend/cuda/cuda_vmm.hpp"
+
+#include "backend/cuda/driver_api.hpp"
+#include "core/log.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::detail::cuda {
+namespace {
+CUmemAllocationProp allocation_prop(int index) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = index;
+  return prop;
+}
+}  // namespace
+
+std::size_t cuda_vmm::granularity(int index) {
+  const auto& api = driver();
+  if (!api.loaded) return 0;
+  int supported = 0;
+  if (api.device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, index) !=
+          CUDA_SUCCESS ||
+      supported == 0) {
+    return 0;
+  }
+  auto prop = allocation_prop(index);
+  size_t granularity = 0;
+  SYNCMEM_CU_TRY(api.mem_get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  return granularity;
+}
+
+void* cuda_vmm::reserve(int, std::size_t bytes) {
+  CUdeviceptr p = 0;
+  SYNCMEM_CU_TRY(driver().mem_address_reserve(&p, bytes, 0, 0, 0));
+  return reinterpret_cast<void*>(p);
+}
+
+void cuda_vmm::free_address(int, void* p, std::size_t bytes) noexcept {
+  const CUresult status = driver().mem_address_free(reinterpret_cast<CUdeviceptr>(p), bytes);
+  if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
+    logger().error("cuMemAddressFree failed: {}", static_cast<int>(status));
+  }
+}
+
+physical_handle cuda_vmm::create(int index, std::size_t bytes) {
+  auto prop = allocation_prop(index);
+  CUmemGenericAllocationHandle handle = 0;
+  const CUresult status = driver().mem_create(&handle, bytes, &prop, 0);
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) return 0;
+  SYNCMEM_CU_TRY(status);
+  return handle;
+}
+
+void cuda_vmm::release(int, physical_handle h, std::size_t) noexcept {
+  const CUresult status = driver().mem_release(h);
+  if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
+    logger().error("cuMemRelease failed: {}", static_cast<int>(status));
+  }
+}
+
+void cuda_vmm::map(int index, void* p, std::size_t bytes, physical_handle h) {
+  const auto address = reinterpret_cast<CUdeviceptr>(p);
+  SYNCMEM_CU_TRY(driver().mem_map(address, bytes, 0, h, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = index;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUresult status = driver().mem_set_access(address, bytes, &access, 1);
+  if (status != CUDA_SUCCESS) {
+    driver().mem_unmap(address, bytes);
+    throw_driver_error(status, "cuMemSetAccess", __FILE__, __LINE__);
+  }
+}
+
+// One access change for the whole stretch: cuMemSetAccess costs about as
+// much for many pages as for one.
+void cuda_vmm::map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count) {
+  const auto address = reinterpret_cast<CUdeviceptr>(p);
+  std::size_t mapped = 0;
+  auto undo = [&] {
+    for (std::size_t i = 0; i < mapped; ++i) driver().mem_unmap(address + i * page, page);
+  };
+  for (; mapped < count; ++mapped) {
+    const CUresult status = driver().mem_map(address + mapped * page, page, 0, handles[mapped], 0);
+    if (status != CUDA_SUCCESS) {
+      undo();
+      throw_driver_error(status, "cuMemMap", __FILE__, __LINE__);
+    }
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = index;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUresult status = driver().mem_set_access(address, page * count, &access, 1);
+  if (status != CUDA_SUCCESS) {
+    undo();
+    throw_driver_error(status, "cuMemSetAccess", __FILE__, __LINE__);
+  }
+}
+
+void cuda_vmm::unmap(int, void* p, std::size_t bytes) noexcept {
+  const CUresult status = driver().mem_unmap(reinterpret_cast<CUdeviceptr>(p), bytes);
+  if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
+    logger().error("cuMemUnmap failed: {}", static_cast<int>(status));
+  }
+}
+
+}  // namespace syncmem::detail::cuda

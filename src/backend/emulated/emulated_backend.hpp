@@ -1,0 +1,176 @@
+#pragma once
+
+// Emulated devices: devices made of host memory (see include/syncmem/emulated.hpp).
+// The core operations are here; pools, virtual memory and graphs are the
+// capability classes beside it (emulated_pools, emulated_vmm, emulated_graphs),
+// which reach the devices and the allocation registry through this class.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/emulated/emulated_graphs.hpp"
+#include "backend/emulated/emulated_pools.hpp"
+#include "backend/emulated/emulated_vmm.hpp"
+#include "backend/emulated/worker_stream.hpp"
+#include "syncmem/emulated.hpp"
+
+namespace syncmem::detail::emulated {
+
+inline constexpr int max_devices = 64;
+inline constexpr std::size_t device_alignment = 256;
+inline constexpr unsigned char poison_byte = 0xFF;
+
+[[nodiscard]] constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+struct allocation {
+  std::size_t size;
+  memory_kind kind;
+  int device;  // -1 for host memory
+};
+
+struct device_state {
+  int index;
+  std::size_t capacity;
+  std::atomic<std::size_t> used{0};
+  std::mutex streams_mutex;
+  // Shared: a device-wide synchronize keeps each stream alive while it waits
+  // on it, even if its owner destroys it meanwhile on another thread.
+  std::unordered_map<worker_stream*, std::shared_ptr<worker_stream>> streams;
+  std::once_flag default_stream_once;
+  worker_stream* default_stream = nullptr;  // never destroyed
+  std::once_flag peers_once;
+};
+
+class emulated_backend final : public backend {
+ public:
+  emulated_backend();
+
+  void configure(const emulated_options& options);
+  emulated_options options();
+  void set_delay(std::chrono::microseconds d);
+  void set_poison(bool on) { poison_.store(on); }
+
+  // ---- devices -------------------------------------------------------------
+  device_kind kind() const noexcept override { return device_kind::emulated; }
+  const backend_traits& traits() const noexcept override;
+  int device_count() noexcept override { return count_.load(std::memory_order_acquire); }
+  std::string why_no_devices() override;
+  device_properties properties(int index) override;
+  memory_info memory(int index) override;
+  void synchronize_device(int index) override;
+  void make_current(int) override {}
+  int current_index() override { return 0; }
+
+  // ---- memory ----------------------------------------------------------------
+  void* allocate(int index, std::size_t bytes) override;
+  void deallocate(int index, void* p, std::size_t) noexcept override;
+  void* allocate_pinned(std::size_t bytes, unsigned) override;
+  void deallocate_pinned(void* p, std::size_t) noexcept override;
+  void register_host(void* p, std::size_t bytes, unsigned) override;
+  void unregister_host(void* p) noexcept override;
+
+  // ---- streams ---------------------------------------------------------------
+  CUstream_st* create_stream(int index, bool, int) override;
+  void destroy_stream(int index, CUstream_st* handle) noexcept override;
+  CUstream_st* default_stream(int index) override;
+  void synchronize_stream(int index, CUstream_st* s) override;
+  bool stream_ready(int index, CUstream_st* s) override;
+  void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) override;
+  void memcpy_async(void* dst, const void* src, std::size_t bytes, int index, CUstream_st* s) override;
+  void memset_async(void* dst, int value, std::size_t bytes, int index, CUstream_st* s) override;
+
+  // ---- events ----------------------------------------------------------------
+  CUevent_st* create_event(int index, bool timing, bool) override;
+  void destroy_event(int, CUevent_st* e) noexcept override;
+  void record_event(int index, CUevent_st* e, CUstream_st* s) override;
+  bool event_ready(int, CUevent_st* e) override;
+  void synchronize_event(int, CUevent_st* e) override;
+  void stream_wait_event(int index, CUstream_st* s, CUevent_st* e) override;
+  float elapsed_ms(int, CUevent_st* start, CUevent_st* end) override;
+
+  // ---- pointers and peers --------------------------------------------------
+  std::optional<pointer_attributes> pointer_info(const void* p) override;
+  bool can_access_peer(int index, int peer) override;
+  void enable_peer_access(int index, int peer) override;
+
+  // ---- capabilities ----------------------------------------------------------
+  pool_capability* pools() noexcept override { return &pools_; }
+  vmm_capability* virtual_memory() noexcept override { return &vmm_; }
+  graph_capability* graphs() noexcept override { return &graphs_; }
+
+  // ---- for the capability classes --------------------------------------------
+  device_state& device(int index);
+  worker_stream& to_stream(CUstream_st* s, int index);
+  // What emulated devices cannot record into a graph yet: refused, the
+  // capture left valid.
+  static void refuse_to_record(worker_stream& w, const char* operation);
+  // Takes `size` bytes of the device's capacity; false when it has no room.
+  static bool reserve_capacity(device_state& d, std::size_t size);
+  void add_allocation(void* p, allocation a);
+  std::optional<allocation> remove_allocation(void* p) noexcept;
+  // Frees device memory of `allocate` without waiting for the device.
+  void free_now(int index, void* p) noexcept;
+  // Waits for every stream of the device without taking their failures,
+  // which their own synchronize reports.
+  void wait_device_idle(int index);
+  [[nodiscard]] bool poison() const noexcept { return poison_.load(); }
+
+ private:
+  // Calls `f` on every stream of the device, the default stream last, outside the lock.
+  template <class F>
+  void for_each_stream(int index, F f) {
+    auto& d = device(index);
+    std::vector<std::shared_ptr<worker_stream>> streams;
+    worker_stream* default_stream = nullptr;
+    {
+      std::lock_guard lock{d.streams_mutex};
+      for (const auto& entry : d.streams) streams.push_back(entry.second);
+      default_stream = d.default_stream;  // never destroyed
+    }
+    for (const auto& s : streams) f(*s);
+    if (default_stream != nullptr) f(*default_stream);
+  }
+
+  // What CUDA forbids on a capturing stream: refused, and the capture is
+  // invalidated, as cudaErrorStreamCaptureUnsupported does.
+  static void refuse_in_capture(worker_stream& w, const char* operation);
+  // The allocation containing p, under registry_mutex_.
+  const std::pair<const std::uintptr_t, allocation>* find(const void* p) const;
+  // A range that starts in a known allocation must end inside it.
+  void check_range(const void* p, std::size_t bytes, const char* which);
+  void synchronize_all_noexcept() noexcept;
+
+  std::mutex config_mutex_;
+  std::atomic<int> count_{0};
+  std::size_t memory_per_device_ = std::size_t{2} << 30;
+  std::atomic<std::int64_t> max_delay_us_{0};
+  std::atomic<bool> poison_{true};
+  std::string env_problem_;
+  std::array<std::atomic<device_state*>, max_devices> devices_{};
+
+  std::shared_mutex registry_mutex_;
+  std::map<std::uintptr_t, allocation> allocations_;
+  std::atomic<std::size_t> allocation_count_{0};
+
+  emulated_pools pools_{*this};
+  emulated_vmm vmm_{*this};
+  emulated_graphs graphs_{*this};
+};
+
+// The one instance, made on first use and never destroyed (objects may outlive main()).
+[[nodiscard]] emulated_backend& instance();
+
+}  // namespace syncmem::detail::emulated

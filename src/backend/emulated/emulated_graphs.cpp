@@ -1,0 +1,61 @@
+#include "backend/emulated/emulated_graphs.hpp"
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/emulated/emulated_backend.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::detail::emulated {
+namespace {
+
+// An executable graph: the operations recorded, enqueued in order at each launch.
+struct recorded_graph {
+  int device;
+  std::vector<std::function<void()>> ops;
+};
+
+recorded_graph* graph_of(graph_handle graph) noexcept { return pointer_of<recorded_graph*>(graph); }
+
+}  // namespace
+
+bool emulated_graphs::stream_capturing(int index, CUstream_st* s) { return backend_.to_stream(s, index).capturing(); }
+
+void emulated_graphs::begin_capture(int index, CUstream_st* s) {
+  auto& w = backend_.to_stream(s, index);
+  SYNCMEM_EXPECTS(&w != backend_.device(index).default_stream,
+                  fmt::format("begin_capture: the default stream of emulated:{} cannot be captured (as CUDA's legacy "
+                              "default stream cannot)",
+                              index));
+  w.begin_capture();
+}
+
+graph_handle emulated_graphs::end_capture(int index, CUstream_st* s) {
+  return handle_of<graph_handle>(new recorded_graph{index, backend_.to_stream(s, index).end_capture()});
+}
+
+void emulated_graphs::launch_graph(int index, graph_handle graph, CUstream_st* s) {
+  auto& g = *graph_of(graph);
+  SYNCMEM_EXPECTS(g.device == index, fmt::format("launch: a graph of emulated:{} cannot be launched on a stream of "
+                                                 "emulated:{}",
+                                                 g.device, index));
+  backend_.to_stream(s, index).enqueue_all(g.ops);
+}
+
+// The operations queued by earlier launches hold copies of what they need.
+void emulated_graphs::destroy_graph(int, graph_handle graph) noexcept { delete graph_of(graph); }
+
+void emulated_graphs::capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) {
+  // Released when the graph and the copies queued by its launches are gone,
+  // as a CUDA user object; at once when this throws.
+  std::shared_ptr<void> data{user_data, release};
+  auto& w = backend_.to_stream(s, index);
+  SYNCMEM_EXPECTS(w.capturing(),
+                  fmt::format("capture_host_func: the stream of emulated:{} is not being captured", index));
+  w.enqueue([fn, data] { fn(data.get()); });
+}
+
+}  // namespace syncmem::detail::emulated

@@ -1,0 +1,42 @@
+#pragma once
+
+// Stream capture into graphs, a capability a backend may offer: see
+// backend::graphs() and include/syncmem/graph.hpp.
+
+#include "backend/handles.hpp"
+
+struct CUstream_st;
+
+namespace syncmem::detail {
+
+using host_func = void (*)(void*);
+
+// While a stream is captured the work enqueued on it is recorded, not run.
+// end_capture returns an executable graph (cudaGraphExec_t for CUDA), launched
+// as one piece of work on a stream of the device and destroyed by
+// destroy_graph. backend::launch_host_func refuses a capturing stream (its
+// function runs once and is then freed); capture_host_func records
+// `fn(user_data)` to run at every launch and calls `release(user_data)` once
+// the graph and every launch of it are gone (it owns user_data from the call
+// on: release runs also when it throws).
+class graph_capability {
+ public:
+  graph_capability() = default;
+  graph_capability(const graph_capability&) = delete;
+  graph_capability& operator=(const graph_capability&) = delete;
+  virtual ~graph_capability() = default;
+
+  // Whether `s` is being captured into a graph (cudaStreamIsCapturing).
+  [[nodiscard]] virtual bool stream_capturing(int index, CUstream_st* s) = 0;
+  virtual void begin_capture(int index, CUstream_st* s) = 0;
+  [[nodiscard]] virtual graph_handle end_capture(int index, CUstream_st* s) = 0;
+  virtual void launch_graph(int index, graph_handle graph, CUstream_st* s) = 0;
+  virtual void destroy_graph(int index, graph_handle graph) noexcept = 0;
+  virtual void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) = 0;
+  // The number of the capture `s` takes part in (CUDA's capture sequence id,
+  // the same for every stream a capture has forked to), or 0 when `s` is not
+  // being captured or the backend cannot fork captures.
+  [[nodiscard]] virtual unsigned long long capture_sequence(int index, CUstream_st* s) = 0;
+};
+
+}  // namespace syncmem::detail
