@@ -81,7 +81,7 @@ TEST_F(pending_frees_test, ADestroyedUserStreamLeavesAnEventBehind) {
   syncmem::test::device_sleep(user_, 50ms);
   pending_.stream_gone(user_.view().native_handle());
   EXPECT_TRUE(b->uses.empty());
-  EXPECT_EQ(b->events.size(), 1U);
+  EXPECT_EQ(b->pending_uses, 1U);
   stream_pool& pool = pools_.pool_for(freeing_.view().native_handle());
   ASSERT_TRUE(pending_.hold(b, freeing_.view().native_handle(), pool)) << "the event recorded then still counts";
   stream_pool& idle = pools_.idle();
