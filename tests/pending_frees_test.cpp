@@ -81,7 +81,7 @@ TEST_F(pending_frees_test, ADestroyedUserStreamLeavesAnEventBehind) {
   syncmem::test::device_sleep(user_, 50ms);
   pending_.stream_gone(user_.view().native_handle());
   EXPECT_TRUE(b->uses.empty());
-  EXPECT_EQ(b->events.size(), 1U);
+  EXPECT_EQ(b->pending_uses, 1U);
   stream_pool& pool = pools_.pool_for(freeing_.view().native_handle());
   ASSERT_TRUE(pending_.hold(b, freeing_.view().native_handle(), pool)) << "the event recorded then still counts";
   stream_pool& idle = pools_.idle();
@@ -90,6 +90,25 @@ TEST_F(pending_frees_test, ADestroyedUserStreamLeavesAnEventBehind) {
   pending_.synchronize();
   pending_.collect();
   EXPECT_EQ(idle.small.bytes(), 4096U);
+}
+
+// The event recorded at a stream's destruction may pass while the block is
+// still handed out: the block stays out of every pool until its free, which
+// then has nothing left to wait for.
+TEST_F(pending_frees_test, AHandedOutBlockWaitsForItsFreeWhenItsUsesHavePassed) {
+  block* b = handed_out();
+  pending_.add_use(b, user_.view().native_handle());
+  syncmem::test::device_sleep(user_, 5ms);
+  pending_.stream_gone(user_.view().native_handle());
+  EXPECT_FALSE(pending_.empty());
+  pending_.synchronize();
+  pending_.collect();
+  EXPECT_TRUE(pending_.empty());
+  EXPECT_EQ(b->status, block_status::allocated);
+  EXPECT_EQ(pending_.bytes(), 0U);
+  stream_pool& pool = pools_.pool_for(freeing_.view().native_handle());
+  EXPECT_EQ(pool.small.bytes(), 0U);
+  EXPECT_FALSE(pending_.hold(b, freeing_.view().native_handle(), pool)) << "its one use has passed";
 }
 
 }  // namespace

@@ -5,8 +5,6 @@
 #include <atomic>
 #include <bit>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -16,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "backend/cuda_stream_handles.hpp"
 #include "core/event_pool.hpp"
 #include "core/ignored_failure.hpp"
 #include "core/log.hpp"
+#include "mr/caching/use_queues.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
@@ -41,20 +39,6 @@ std::size_t class_index(std::size_t size) noexcept {
   const std::size_t m = size >> (k - 3);  // 8..15
   return 8 + (k - 15) * 8 + (m - 8);
 }
-
-// A stream, as a key: events recorded on one stream complete in order.
-struct stream_key {
-  device_id device;
-  CUstream_st* handle;
-  friend bool operator<(const stream_key& a, const stream_key& b) noexcept {
-    if (a.device != b.device) return a.device < b.device;
-    return std::less<CUstream_st*>{}(a.handle, b.handle);
-  }
-};
-
-// cudaStreamPerThread names a different stream on every thread: events queued
-// under that handle are not in one stream's order.
-bool names_one_stream(CUstream_st* handle) noexcept { return handle != syncmem::detail::cuda_per_thread_stream(); }
 
 device_id home_device_of(device_kind backend) { return device_id{backend, 0}; }
 
@@ -78,9 +62,35 @@ void* pin(memory_resource& upstream, std::size_t size, stream_view stream) {
 
 // The name is formatted only here, off the path of a correct free.
 void report_unknown_free(const std::string& resource, const char* call, void* p, std::size_t bytes) {
-  detail::logger().error("{}: {} of {} ({} bytes), which it did not hand out or which was freed already", resource,
-                         call, p, bytes);
+  syncmem::detail::logger().error("{}: {} of {} ({} bytes), which it did not hand out or which was freed already",
+                                  resource, call, p, bytes);
 }
+
+// The uses of pinned blocks complete with events of syncmem's event pool, on
+// any device.
+struct pooled_events {
+  using event_type = event;
+
+  static bool passed(const event& e) noexcept {
+    try {
+      return e.ready();
+    } catch (...) {
+      syncmem::detail::log_ignored("asking whether a pinned block's last use completed");
+      // The device failed for good (a sticky error): nothing runs on it any
+      // more, so nothing can still be using the block.
+      return true;
+    }
+  }
+  static void wait(const event& e) noexcept {
+    try {
+      e.synchronize();
+    } catch (...) {
+      // the device is gone; nothing runs on it
+      syncmem::detail::log_ignored("waiting for the uses of pinned blocks");
+    }
+  }
+  static void release(event&& e) noexcept { syncmem::detail::event_pool::instance().release_completed(std::move(e)); }
+};
 
 }  // namespace
 
@@ -92,7 +102,7 @@ struct caching_pinned_resource::state {
     std::uint32_t pending_uses = 0;
     // Streams declared with record_stream. A syncmem::stream destroyed since
     // finished its work, and its handle may belong to a new stream by now.
-    std::vector<detail::stream_identity> recorded;
+    std::vector<syncmem::detail::stream_identity> recorded;
 
     // The streams declared with record_stream that are still alive; forgets
     // them all. Out of memory for the list, it waits for them instead.
@@ -113,17 +123,12 @@ struct caching_pinned_resource::state {
       return uses;
     }
   };
-  struct use {
-    event done;
-    block* b;
-  };
-
   device_id home;  // whose default stream upstream calls without a caller's stream use
   std::mutex mutex;
   std::array<std::vector<block*>, bin_count> bins;
   std::unordered_map<void*, block*> live;
-  std::map<stream_key, std::deque<use>> pending;
-  std::size_t pending_uses = 0;
+  // Uses of freed blocks that must complete before they are cached again.
+  mr::detail::caching::use_queues<block, pooled_events> pending{pooled_events{}};
   caching_pinned_statistics stats;
   std::atomic<bool> warned{false};
 
@@ -153,46 +158,14 @@ struct caching_pinned_resource::state {
     stats.bytes_cached += b->size;
   }
 
-  // Under `mutex`: records the completion of one use.
-  void completed(use& u, std::size_t max_cached, std::vector<block*>& doomed) {
-    detail::event_pool::instance().release_completed(std::move(u.done));
-    --pending_uses;
-    if (--u.b->pending_uses == 0) {
-      stats.bytes_pending -= u.b->size;
-      --stats.blocks_pending;
-      ready(u.b, max_cached, doomed);
-    }
-  }
-
-  static bool query(const event& e) noexcept {
-    try {
-      return e.ready();
-    } catch (...) {
-      syncmem::detail::log_ignored("asking whether a pinned block's last use completed");
-      // The device failed for good (a sticky error): nothing runs on it any
-      // more, so nothing can still be using the block.
-      return true;
-    }
-  }
-
   // Under `mutex`: moves the blocks whose uses have completed out of pending.
-  // Never blocks; one query settles a whole stream when its newest use is done.
+  // Never blocks.
   void poll(std::size_t max_cached, std::vector<block*>& doomed) {
-    for (auto it = pending.begin(); it != pending.end();) {
-      auto& uses = it->second;
-      if (uses.size() > 1 && names_one_stream(it->first.handle) && query(uses.back().done)) {
-        while (!uses.empty()) {
-          completed(uses.front(), max_cached, doomed);
-          uses.pop_front();
-        }
-      } else {
-        while (!uses.empty() && query(uses.front().done)) {
-          completed(uses.front(), max_cached, doomed);
-          uses.pop_front();
-        }
-      }
-      it = uses.empty() ? pending.erase(it) : std::next(it);
-    }
+    pending.poll([&](block* b) {
+      stats.bytes_pending -= b->size;
+      --stats.blocks_pending;
+      ready(b, max_cached, doomed);
+    });
   }
 
   // Under `mutex`: `b` has been freed; its uses are the streams in `streams`.
@@ -203,11 +176,9 @@ struct caching_pinned_resource::state {
         // A stream with nothing left to run holds no use of the block: one
         // query now saves an event, and the block is ready at once.
         if (s.ready()) continue;
-        event e = detail::event_pool::instance().acquire(s.device());
+        event e = syncmem::detail::event_pool::instance().acquire(s.device());
         e.record(s);
-        pending[{s.device(), s.native_handle()}].push_back({std::move(e), b});
-        ++b->pending_uses;
-        ++pending_uses;
+        pending.add({s.device(), s.native_handle()}, std::move(e), b);
       } catch (...) {
         syncmem::detail::log_ignored("recording an event after a pinned block's use");
         // No event: wait for the stream instead, so the block is safe to reuse.
@@ -234,7 +205,7 @@ struct caching_pinned_resource::state {
     {
       std::lock_guard lock{mutex};
       auto& bin = bins[class_index(size)];
-      if (bin.empty() && pending_uses > 0) poll(max_cached, doomed);
+      if (bin.empty() && !pending.empty()) poll(max_cached, doomed);
       if (!bin.empty()) {
         block* b = bin.back();
         live.emplace(b->p, b);  // may throw: nothing has changed yet
@@ -254,11 +225,11 @@ struct caching_pinned_resource::state {
   void* pageable(std::size_t size, const std::string& name) {
     void* p = ::operator new (size, std::align_val_t{page}, std::nothrow);
     if (p != nullptr && !warned.exchange(true)) {
-      detail::logger().warn(
+      syncmem::detail::logger().warn(
           "{}: pinning {} failed (page-locked memory limit, see ulimit -l, or host memory "
           "exhausted); serving pageable memory instead, which transfers more slowly. This "
           "warning is given once.",
-          name, detail::format_bytes(size));
+          name, syncmem::detail::format_bytes(size));
     }
     return p;
   }
@@ -368,19 +339,7 @@ caching_pinned_resource::~caching_pinned_resource() {
   std::size_t still_live_bytes = 0;
   {
     std::lock_guard lock{state_->mutex};
-    for (auto& [key, uses] : state_->pending) {
-      for (auto& u : uses) {
-        try {
-          u.done.synchronize();
-        } catch (...) {
-          // the device is gone; nothing runs on it
-          syncmem::detail::log_ignored("waiting for the uses of pinned blocks");
-        }
-        if (--u.b->pending_uses == 0) blocks.push_back(u.b);
-        detail::event_pool::instance().release_completed(std::move(u.done));
-      }
-    }
-    state_->pending.clear();
+    state_->pending.drain([&blocks](state::block* b) { blocks.push_back(b); });
     for (auto& bin : state_->bins) {
       blocks.insert(blocks.end(), bin.begin(), bin.end());
       bin.clear();
@@ -393,8 +352,8 @@ caching_pinned_resource::~caching_pinned_resource() {
     state_->live.clear();
   }
   if (still_live > 0) {
-    detail::logger().warn("{} destroyed with {} block(s) ({}) still allocated; they are freed now", name(), still_live,
-                          detail::format_bytes(still_live_bytes));
+    syncmem::detail::logger().warn("{} destroyed with {} block(s) ({}) still allocated; they are freed now", name(),
+                                   still_live, syncmem::detail::format_bytes(still_live_bytes));
   }
   state_->free_blocks(*upstream_, blocks);
 }
@@ -498,7 +457,7 @@ void caching_pinned_resource::reserve(std::size_t block_bytes, std::size_t block
       info.hint = fmt::format(
           "reserving {} blocks of {}: pinning failed after {} blocks (page-locked memory "
           "limit, see ulimit -l)",
-          blocks, detail::format_bytes(size), i);
+          blocks, syncmem::detail::format_bytes(size), i);
       SYNCMEM_OUT_OF_MEMORY(std::move(info));
     }
     auto* b = new (std::nothrow) state::block{p, size, true, 0, {}};

@@ -50,8 +50,8 @@ struct alignas(64) block {
   block_status status = block_status::free;
   std::uint8_t index_fl = 0;  // in a free index: the size class it is listed under
   std::uint8_t index_sl = 0;
-  std::vector<CUstream_st*> uses;   // streams declared with record_stream
-  std::vector<CUevent_st*> events;  // what must pass before the memory is reused
+  std::uint32_t pending_uses = 0;  // events queued in pending_frees that must pass before reuse
+  std::vector<CUstream_st*> uses;  // streams declared with record_stream
 
   // Written by the thread that holds the block, read under the lock.
   std::atomic<CUstream_st*> stream{nullptr};  // the stream it was handed out on
@@ -61,7 +61,7 @@ struct alignas(64) block {
   // Changes whenever the block changes hands, so that a stale per-thread
   // record of it is recognised.
   std::atomic<std::uint32_t> generation{0};
-  std::atomic<bool> needs_slow_free{false};  // has uses or events: freeing takes the lock
+  std::atomic<bool> needs_slow_free{false};  // has uses: freeing takes the lock
 
   [[nodiscard]] std::uintptr_t end() const noexcept { return ptr + size; }
 };
@@ -100,8 +100,8 @@ class block_store {
     b->prev = b->next = b->link_prev = b->link_next = nullptr;
     b->owner = nullptr;
     b->status = block_status::free;
+    b->pending_uses = 0;
     b->uses.clear();
-    b->events.clear();
     b->stream.store(nullptr, std::memory_order_relaxed);
     b->requested.store(0, std::memory_order_relaxed);
     b->key.store(0, std::memory_order_relaxed);

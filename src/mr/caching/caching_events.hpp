@@ -40,6 +40,7 @@ class caching_events {
   void destroy_all() noexcept;
 
   [[nodiscard]] std::size_t made() const noexcept { return all_.size(); }
+  [[nodiscard]] device_id device() const noexcept { return device_; }
 
  private:
   const device_id device_;

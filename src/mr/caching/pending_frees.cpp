@@ -10,7 +10,7 @@
 namespace syncmem::mr::detail::caching {
 
 pending_frees::pending_frees(caching_events& events, stream_pools& pools, std::string name)
-    : events_{events}, pools_{pools}, name_{std::move(name)} {}
+    : events_{events}, pools_{pools}, name_{std::move(name)}, uses_{recycled_events{&events}} {}
 
 void pending_frees::add_use(block* b, CUstream_st* s) {
   with_uses_.insert(b);
@@ -23,15 +23,21 @@ bool pending_frees::hold(block* b, CUstream_st* freed_on, stream_pool& pool) noe
   with_uses_.erase(b);
   record_uses(b, freed_on);
   b->uses.clear();
-  if (b->events.empty()) return false;
+  if (b->pending_uses == 0) return false;
   b->status = block_status::pending;
   b->owner = &pool;
-  b->link_prev = nullptr;
-  b->link_next = first_;
-  if (first_ != nullptr) first_->link_prev = b;
-  first_ = b;
   bytes_ += b->size;
   return true;
+}
+
+void pending_frees::add_event(block* b, CUstream_st* s) {
+  CUevent_st* e = events_.record_on(s);
+  try {
+    uses_.add({events_.device(), s}, std::move(e), b);
+  } catch (...) {
+    events_.put(e);
+    throw;
+  }
 }
 
 // Uses on other streams: the block waits for events recorded now.
@@ -39,8 +45,7 @@ void pending_frees::record_uses(block* b, CUstream_st* freed_on) noexcept {
   for (CUstream_st* use : b->uses) {
     if (use == freed_on) continue;
     try {
-      CUevent_st* const ev = events_.record_on(use);
-      b->events.push_back(ev);
+      add_event(b, use);
     } catch (const std::exception& e) {
       syncmem::detail::report_failure(e,
                                       "{}: recording the use of {} on stream {} failed ({}); waiting for the "
@@ -66,46 +71,28 @@ void pending_frees::stream_gone(CUstream_st* s) {
   for (block* b : with_uses_) {
     auto use = std::find(b->uses.begin(), b->uses.end(), s);
     if (use == b->uses.end()) continue;
-    CUevent_st* const e = events_.record_on(s);
+    add_event(b, s);
     b->uses.erase(use);
-    b->events.push_back(e);
   }
-}
-
-void pending_frees::unlink(block* b) noexcept {
-  if (b->link_prev != nullptr) {
-    b->link_prev->link_next = b->link_next;
-  } else {
-    first_ = b->link_next;
-  }
-  if (b->link_next != nullptr) b->link_next->link_prev = b->link_prev;
-  b->link_prev = b->link_next = nullptr;
-  bytes_ -= b->size;
+  // A new stream may get the handle: its events complete in no order with these.
+  uses_.stream_gone({events_.device(), s});
 }
 
 void pending_frees::collect() {
-  for (block* b = first_; b != nullptr;) {
-    block* const next = b->link_next;
-    if (std::all_of(b->events.begin(), b->events.end(), [this](CUevent_st* e) { return events_.passed(e); })) {
-      unlink(b);
-      for (CUevent_st* e : b->events) events_.put(e);
-      b->events.clear();
-      pools_.free_block(b, *b->owner);
-    }
-    b = next;
-  }
+  uses_.poll([this](block* b) {
+    // A handed-out block whose stream went away waits for its free instead.
+    if (b->status != block_status::pending) return;
+    bytes_ -= b->size;
+    pools_.free_block(b, *b->owner);
+  });
 }
 
-void pending_frees::synchronize() {
-  for (block* b = first_; b != nullptr; b = b->link_next) {
-    for (CUevent_st* e : b->events) events_.synchronize(e);
-  }
-}
+void pending_frees::synchronize() { uses_.wait_all(); }
 
 void pending_frees::move_owner(const stream_pool& from, stream_pool& to) noexcept {
-  for (block* b = first_; b != nullptr; b = b->link_next) {
-    if (b->owner == &from) b->owner = &to;
-  }
+  uses_.for_each_block([&from, &to](block* b) {
+    if (b->status == block_status::pending && b->owner == &from) b->owner = &to;
+  });
 }
 
 }  // namespace syncmem::mr::detail::caching

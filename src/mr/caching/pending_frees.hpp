@@ -3,7 +3,8 @@
 // record_stream's bookkeeping: the streams each block was declared used on,
 // and the blocks freed while such a stream may still use them. A freed block
 // waits, as pending, for an event recorded on each of those streams at the
-// free (or at the stream's destruction, if earlier), then joins its pool.
+// free (or at the stream's destruction, if earlier), then joins its pool; the
+// events wait in use_queues, which the pinned allocator shares.
 // Not thread-safe: the allocator calls it under its lock.
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include "mr/caching/block.hpp"
 #include "mr/caching/caching_events.hpp"
 #include "mr/caching/stream_pools.hpp"
+#include "mr/caching/use_queues.hpp"
 
 namespace syncmem::mr::detail::caching {
 
@@ -36,19 +38,32 @@ class pending_frees {
   // Pending blocks of a retired pool will join `to` instead.
   void move_owner(const stream_pool& from, stream_pool& to) noexcept;
 
-  [[nodiscard]] bool empty() const noexcept { return first_ == nullptr; }
+  [[nodiscard]] bool empty() const noexcept { return uses_.empty(); }
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
  private:
+  // The allocator's own events, on its one device.
+  struct recycled_events {
+    using event_type = CUevent_st*;
+    caching_events* events;
+
+    [[nodiscard]] bool passed(CUevent_st* e) const { return events->passed(e); }
+    void wait(CUevent_st* e) const { events->synchronize(e); }
+    void release(CUevent_st*&& e) const noexcept { events->put(e); }
+  };
+
   void record_uses(block* b, CUstream_st* freed_on) noexcept;
+  // Queues an event recorded on `s` now as a use of `b`.
+  void add_event(block* b, CUstream_st* s);
   void wait_for_device() noexcept;
-  void unlink(block* b) noexcept;
 
   caching_events& events_;
   stream_pools& pools_;
   const std::string name_;
   std::unordered_set<block*> with_uses_;
-  block* first_ = nullptr;  // list through link_prev/link_next
+  // The events each block waits for: of pending blocks, and of handed-out
+  // blocks used on a stream destroyed since.
+  use_queues<block, recycled_events> uses_;
   std::size_t bytes_ = 0;
 };
 
