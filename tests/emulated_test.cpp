@@ -13,7 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "backend/backend.hpp"
+#include "backend/emulated/emulated_backend.hpp"
 #include "device_ops.hpp"
 #include "pattern.hpp"
 #include "syncmem/device.hpp"
@@ -51,7 +54,99 @@ TEST(Emulated, SynchronizingTheDeviceWhileStreamsComeAndGo) {
   syncer.join();
 }
 
+// Each thread has a current emulated device, as CUDA's runtime has a current
+// GPU, and what CUDA runs on the current device is refused on another one: a
+// missing device_guard fails here as it would on two GPUs. The faults these
+// cases provoke on purpose are taken back from the count the test main checks.
+class EmulatedCurrentDevice : public ::testing::Test {
+ protected:
+  void SetUp() override { faults_before_ = detail::emulated::current_device_faults.load(); }
+  std::uint64_t provoked() {
+    const auto n = detail::emulated::current_device_faults.load() - faults_before_;
+    detail::emulated::current_device_faults.store(faults_before_);
+    return n;
+  }
+
+ private:
+  std::uint64_t faults_before_ = 0;
+};
+
+TEST_F(EmulatedCurrentDevice, AGuardMakesItsDeviceCurrentAndRestoresTheOneBefore) {
+  ASSERT_EQ(emu().current_index(), 0);
+  {
+    const device_guard guard{device_id::emulated(2)};
+    EXPECT_EQ(emu().current_index(), 2);
+    EXPECT_EQ(current_device(), device_id::emulated(2));
+    {
+      const device_guard inner{device_id::emulated(1)};
+      EXPECT_EQ(emu().current_index(), 1);
+      EXPECT_EQ(current_device(), device_id::emulated(1));
+    }
+    EXPECT_EQ(emu().current_index(), 2);
+  }
+  EXPECT_EQ(emu().current_index(), 0);
+  // Another thread starts at device 0, whatever this one has made current.
+  set_current_device(device_id::emulated(1));
+  EXPECT_EQ(current_device(), device_id::emulated(1));
+  int elsewhere = -1;
+  std::thread other{[&] { elsewhere = emu().current_index(); }};
+  other.join();
+  EXPECT_EQ(elsewhere, 0);
+  set_current_device(device_id::emulated(0));
+  EXPECT_EQ(provoked(), 0u);
+}
+
+TEST_F(EmulatedCurrentDevice, WhatRunsOnTheCurrentDeviceIsRefusedOnAnother) {
+  const device_guard on_zero{device_id::emulated(0)};
+  const int other = 1 + static_cast<int>(test::rng()() % 2);  // emulated:1 or emulated:2
+  auto refused = [&](auto call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " on emulated:" << other << " ran with emulated:0 current";
+    } catch (const logic_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(what));
+      EXPECT_THAT(e.what(), HasSubstr(fmt::format("a device_guard for emulated:{} is missing", other)));
+    }
+  };
+  refused([&] { (void)emu().allocate(other, 4096); }, "allocate (cudaMalloc)");
+  refused([&] { (void)emu().memory(other); }, "memory (cudaMemGetInfo)");
+  refused([&] { emu().synchronize_device(other); }, "synchronize_device");
+  refused([&] { (void)emu().create_stream(other, false, 0); }, "create_stream");
+  refused([&] { (void)emu().create_event(other, false, false); }, "create_event");
+  refused([&] { emu().enable_peer_access(other, 0); }, "enable_peer_access");
+  CUstream_st* const default_of_other = emu().default_stream(other);
+  refused([&] { emu().synchronize_stream(other, default_of_other); }, "work on the default stream");
+  EXPECT_EQ(provoked(), 7u);
+
+  // A stream of its own names its device: work on it needs no guard (as cudaMemcpyAsync's).
+  void* p = nullptr;
+  CUstream_st* s = nullptr;
+  {
+    const device_guard guard{device_id::emulated(other)};
+    p = emu().allocate(other, 4096);
+    s = emu().create_stream(other, false, 0);
+  }
+  ASSERT_NE(p, nullptr);
+  const auto bytes = test::random_bytes(4096);
+  std::vector<std::uint8_t> back(4096);
+  emu().memcpy_async(p, bytes.data(), bytes.size(), other, s);
+  emu().memcpy_async(back.data(), p, back.size(), other, s);
+  emu().synchronize_stream(other, s);
+  EXPECT_EQ(back, bytes);
+  EXPECT_EQ(provoked(), 0u);
+
+  // A free on the wrong device cannot throw: it is logged and counted, and still frees.
+  const auto before = get_memory_info(device_id::emulated(other));
+  emu().deallocate(other, p, 4096);
+  EXPECT_EQ(provoked(), 1u);
+  EXPECT_EQ(get_memory_info(device_id::emulated(other)).free, before.free + 4096);
+  const device_guard guard{device_id::emulated(other)};
+  emu().destroy_stream(other, s);
+  EXPECT_EQ(provoked(), 0u);
+}
+
 TEST(Emulated, AllocationsArePoisonedAndCounted) {
+  const device_guard guard{device_id::emulated(1)};
   const auto before = get_memory_info(device_id::emulated(1));
   const std::size_t n = 1000 + test::rng()() % 1000;
   auto* p = static_cast<std::uint8_t*>(emu().allocate(1, n));
@@ -73,6 +168,7 @@ TEST(Emulated, PoisoningCanBeTurnedOff) {
 }
 
 TEST(Emulated, ExhaustionReturnsNullAndFreesAreRecounted) {
+  const device_guard guard{device_id::emulated(2)};
   const auto info = get_memory_info(device_id::emulated(2));
   EXPECT_EQ(emu().allocate(2, info.total + 1), nullptr);
   void* big = emu().allocate(2, info.free);
@@ -85,6 +181,7 @@ TEST(Emulated, ExhaustionReturnsNullAndFreesAreRecounted) {
 }
 
 TEST(Emulated, PointerAttributesKnowEveryAllocation) {
+  const device_guard guard{device_id::emulated(1)};
   const std::size_t n = 5000;
   auto* d = static_cast<std::uint8_t*>(emu().allocate(1, n));
   auto* h = static_cast<std::uint8_t*>(emu().allocate_pinned(n, 0));

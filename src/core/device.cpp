@@ -15,9 +15,10 @@ namespace syncmem {
 
 namespace {
 
-// Which device syncmem made current on this thread, where the backend keeps
-// no current device of its own (an emulated device is current only when
-// selected here); nullopt when that is the backend's current device, or none.
+// The kind of device syncmem made current on this thread (nullopt: none
+// yet), and for backends that keep no current device of their own the index
+// within it. A backend that keeps one (CUDA's runtime, the emulated backend)
+// is asked for its index.
 struct thread_device_state {
   std::optional<device_kind> selected;
   detail::per_kind<int> index{};
@@ -29,11 +30,16 @@ void select(device_id id) {
   auto& b = detail::backend_for(id);
   if (b.traits().keeps_current_device) {
     b.make_current(id.index());
-    this_thread.selected.reset();
   } else {
-    this_thread.selected = id.kind();
     this_thread.index[id.kind()] = id.index();
   }
+  this_thread.selected = id.kind();
+}
+
+// The current device of `kind` on this thread.
+int current_index_of(device_kind kind) {
+  auto& b = detail::backend_for(kind);
+  return b.traits().keeps_current_device ? b.current_index() : this_thread.index[kind];
 }
 
 // The device the innermost device_guard on this thread made current. Nothing
@@ -104,12 +110,11 @@ void check_device(device_id id) {
 }
 
 device_id current_device() {
-  if (this_thread.selected) return {*this_thread.selected, this_thread.index[*this_thread.selected]};
-  // Nothing selected: the first kind with devices, at its backend's current device or its first.
+  if (this_thread.selected) return {*this_thread.selected, current_index_of(*this_thread.selected)};
+  // Nothing selected: the first kind with devices, at its current device.
   for (const device_kind kind : device_kinds) {
     if (device_count(kind) == 0) continue;
-    auto& b = detail::backend_for(kind);
-    return {kind, b.traits().keeps_current_device ? b.current_index() : 0};
+    return {kind, current_index_of(kind)};
   }
   SYNCMEM_UNSUPPORTED(
       fmt::format("no device is available: {}; emulated devices are off (set SYNCMEM_EMULATED_DEVICES=N or call "
@@ -142,7 +147,7 @@ device_guard::device_guard(device_id target)
         b.make_current(target.index());
         original_target_kind_index_ = current;
       }
-      this_thread.selected.reset();
+      this_thread.selected = target.kind();
     } else {
       select(target);
     }

@@ -1,15 +1,42 @@
 // The main of every test program: enables emulated devices (several, so that
 // device affinity is exercised) unless SYNCMEM_EMULATED_DEVICES says how many,
-// and prints the run's random seed.
+// prints the run's random seed, and fails the program when a test ran an
+// operation on an emulated device that was not its thread's current one (a
+// missing device_guard, which on a GPU acts on the wrong device).
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/emulated/emulated_backend.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/emulated.hpp"
 #include "test_support.hpp"
+
+namespace {
+
+class current_device_check final : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestStart(const ::testing::TestInfo&) override { before_ = faults(); }
+  void OnTestEnd(const ::testing::TestInfo& test) override {
+    const auto n = faults() - before_;
+    if (n == 0) return;
+    std::fprintf(stderr,
+                 "syncmem tests: %s.%s ran %llu operation(s) on an emulated device that was not the thread's "
+                 "current one (a missing device_guard; see the errors above)\n",
+                 test.test_suite_name(), test.name(), static_cast<unsigned long long>(n));
+    failed = true;
+  }
+  static inline bool failed = false;
+
+ private:
+  static std::uint64_t faults() { return syncmem::detail::emulated::current_device_faults.load(); }
+  std::uint64_t before_ = 0;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Kernels loaded lazily are loaded at their first launch, which waits for
@@ -30,5 +57,7 @@ int main(int argc, char** argv) {
     std::printf("syncmem tests: CUDA tests will be skipped: %s\n",
                 syncmem::why_no_devices(syncmem::device_kind::cuda).c_str());
   }
-  return RUN_ALL_TESTS();
+  ::testing::UnitTest::GetInstance()->listeners().Append(new current_device_check);
+  const int status = RUN_ALL_TESTS();
+  return current_device_check::failed ? 1 : status;
 }

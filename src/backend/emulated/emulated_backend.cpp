@@ -109,8 +109,44 @@ void emulated_backend::set_delay(std::chrono::microseconds d) {
 }
 
 const backend_traits& emulated_backend::traits() const noexcept {
-  static constexpr backend_traits t{.pointer_info_is_local = true, .device_memory_is_host_memory = true};
+  static constexpr backend_traits t{
+      .keeps_current_device = true, .pointer_info_is_local = true, .device_memory_is_host_memory = true};
   return t;
+}
+
+namespace {
+thread_local int current_emulated_device = 0;
+}  // namespace
+
+void emulated_backend::make_current(int index) {
+  (void)device(index);
+  current_emulated_device = index;
+}
+
+int emulated_backend::current_index() { return current_emulated_device; }
+
+namespace {
+std::string current_device_fault(int index, const char* operation) {
+  return fmt::format(
+      "{} on emulated:{} while emulated:{} is this thread's current device: a device_guard for emulated:{} is "
+      "missing (on a GPU the call would act on the current device)",
+      operation, index, current_emulated_device, index);
+}
+}  // namespace
+
+void emulated_backend::require_current(int index, const char* operation) {
+  if (index != current_emulated_device) [[unlikely]] {
+    current_device_faults.fetch_add(1, std::memory_order_relaxed);  // counted also where the error is caught
+    SYNCMEM_FAIL(current_device_fault(index, operation));
+  }
+}
+
+void emulated_backend::expect_current(int index, const char* operation) noexcept {
+  if (index == current_emulated_device) [[likely]]
+    return;
+  current_device_faults.fetch_add(1, std::memory_order_relaxed);
+  detail::ignore_failure("reporting a missing device_guard",
+                         [&] { logger().error("{}", current_device_fault(index, operation)); });
 }
 
 std::string emulated_backend::why_no_devices() {
@@ -133,16 +169,23 @@ device_properties emulated_backend::properties(int index) {
 
 memory_info emulated_backend::memory(int index) {
   auto& d = device(index);
+  require_current(index, "memory (cudaMemGetInfo)");
   const auto used = std::min(d.used.load(), d.capacity);
   return {d.capacity - used, d.capacity};
 }
 
 void emulated_backend::synchronize_device(int index) {
+  require_current(index, "synchronize_device (cudaDeviceSynchronize)");
+  wait_for_device(index);
+}
+
+void emulated_backend::wait_for_device(int index) {
   for_each_stream(index, [](worker_stream& s) { s.synchronize(); });
 }
 
 void* emulated_backend::allocate(int index, std::size_t bytes) {
   auto& d = device(index);
+  require_current(index, "allocate (cudaMalloc)");
   const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), device_alignment);
   if (!reserve_capacity(d, size)) return nullptr;
   void* p = ::operator new (size, std::align_val_t{device_alignment}, std::nothrow);
@@ -157,9 +200,10 @@ void* emulated_backend::allocate(int index, std::size_t bytes) {
 
 void emulated_backend::deallocate(int index, void* p, std::size_t) noexcept {
   if (p == nullptr) return;
+  expect_current(index, "deallocate (cudaFree)");
   // Like cudaFree, wait for the device first: work in flight may use it. An
   // earlier failure is reported by its own synchronize.
-  detail::ignore_failure("synchronizing an emulated device before a free", [&] { synchronize_device(index); });
+  detail::ignore_failure("synchronizing an emulated device before a free", [&] { wait_for_device(index); });
   auto removed = remove_allocation(p);
   if (!removed) {
     logger().error("emulated deallocate of {} which emulated:{} did not allocate", p, index);
@@ -214,6 +258,7 @@ void emulated_backend::unregister_host(void* p) noexcept {
 
 CUstream_st* emulated_backend::create_stream(int index, bool, int) {
   auto& d = device(index);
+  require_current(index, "create_stream (cudaStreamCreate)");
   auto s = std::make_shared<worker_stream>(index, max_delay_us_);
   std::lock_guard lock{d.streams_mutex};
   d.streams.emplace(s.get(), s);
@@ -221,6 +266,7 @@ CUstream_st* emulated_backend::create_stream(int index, bool, int) {
 }
 
 void emulated_backend::destroy_stream(int index, CUstream_st* handle) noexcept {
+  expect_current(index, "destroy_stream (cudaStreamDestroy)");
   auto* s = worker_of(handle);
   auto& d = device(index);
   std::shared_ptr<worker_stream> owned;
@@ -286,6 +332,7 @@ void emulated_backend::destroy_event(int, CUevent_st* e) noexcept { delete holde
 
 CUevent_st* emulated_backend::create_event(int index, bool timing, bool) {
   (void)device(index);
+  require_current(index, "create_event (cudaEventCreate)");
   auto* holder = new event_holder{std::make_shared<event_state>()};
   holder->state->timing = timing;
   return native_of(holder);
@@ -383,6 +430,7 @@ bool emulated_backend::can_access_peer(int index, int peer) {
 
 void emulated_backend::enable_peer_access(int index, int peer) {
   (void)device(index);
+  require_current(index, "enable_peer_access (cudaDeviceEnablePeerAccess)");
   (void)device(peer);
 }
 
@@ -398,6 +446,10 @@ worker_stream& emulated_backend::to_stream(CUstream_st* s, int index) {
   SYNCMEM_EXPECTS(w != nullptr, "null emulated stream");
   SYNCMEM_EXPECTS(w->device() == index,
                   fmt::format("a stream of emulated:{} was used on emulated:{}", w->device(), index));
+  // CUDA's legacy default stream is the current device's.
+  if (w == devices_[static_cast<std::size_t>(index)].load(std::memory_order_acquire)->default_stream) {
+    require_current(index, "work on the default stream");
+  }
   return *w;
 }
 
@@ -478,7 +530,7 @@ void emulated_backend::wait_device_idle(int index) {
 
 void emulated_backend::synchronize_all_noexcept() noexcept {
   for (int i = 0; i < count_.load(); ++i) {
-    detail::ignore_failure("synchronizing an emulated device", [&] { synchronize_device(i); });
+    detail::ignore_failure("synchronizing an emulated device", [&] { wait_for_device(i); });
   }
 }
 

@@ -33,6 +33,11 @@ inline constexpr int max_devices = 64;
 inline constexpr std::size_t device_alignment = 256;
 inline constexpr unsigned char poison_byte = 0xFF;
 
+// How many operations ran on an emulated device that was not their thread's
+// current one (a missing device_guard), thrown or logged: the test programs
+// fail when any did (tests/support/test_main.cpp).
+inline std::atomic<std::uint64_t> current_device_faults{0};
+
 [[nodiscard]] constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 struct allocation {
@@ -71,8 +76,10 @@ class emulated_backend final : public backend {
   device_properties properties(int index) override;
   memory_info memory(int index) override;
   void synchronize_device(int index) override;
-  void make_current(int) override {}
-  int current_index() override { return 0; }
+  // Each thread has a current emulated device, as CUDA's runtime has a
+  // current GPU; operations that CUDA runs on the current device check it.
+  void make_current(int index) override;
+  int current_index() override;
 
   // ---- memory ----------------------------------------------------------------
   void* allocate(int index, std::size_t bytes) override;
@@ -123,10 +130,20 @@ class emulated_backend final : public backend {
   std::optional<allocation> remove_allocation(void* p) noexcept;
   // Frees device memory of `allocate` without waiting for the device.
   void free_now(int index, void* p) noexcept;
+  // synchronize_device for the backend's own waits (before a free, an unmap,
+  // an unpin), which need no current device.
+  void wait_for_device(int index);
   // Waits for every stream of the device without taking their failures,
   // which their own synchronize reports.
   void wait_device_idle(int index);
   [[nodiscard]] bool poison() const noexcept { return poison_.load(); }
+  // Refuses `operation` on device `index` unless it is this thread's current
+  // device: on a GPU the call would act on the current device instead, so a
+  // missing device_guard fails here on a machine without one too.
+  static void require_current(int index, const char* operation);
+  // The same for a noexcept path: logs the fault and counts it (see
+  // current_device_faults in src/backend/emulated/emulated_backend.cpp).
+  static void expect_current(int index, const char* operation) noexcept;
 
  private:
   // Calls `f` on every stream of the device, the default stream last, outside the lock.

@@ -89,8 +89,7 @@ void emulated_vmm::map(int index, void* p, std::size_t bytes, physical_handle h)
 
 void emulated_vmm::unmap(int index, void* p, std::size_t bytes) noexcept {
   // Work in flight may still use the pages.
-  detail::ignore_failure("synchronizing an emulated device before an unmap",
-                         [&] { backend_.synchronize_device(index); });
+  detail::ignore_failure("synchronizing an emulated device before an unmap", [&] { backend_.wait_for_device(index); });
   ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
