@@ -289,9 +289,9 @@ CUstream_st* emulated_backend::default_stream(int index) {
   std::call_once(d.default_stream_once, [&] {
     auto* s = new worker_stream{index, max_delay_us_};
     std::lock_guard lock{d.streams_mutex};  // synchronize_device reads it under this lock
-    d.default_stream = s;
+    d.default_stream.store(s, std::memory_order_release);
   });
-  return native_of(d.default_stream);
+  return native_of(d.default_stream.load(std::memory_order_acquire));
 }
 
 void emulated_backend::synchronize_stream(int index, CUstream_st* s) {
@@ -447,7 +447,7 @@ worker_stream& emulated_backend::to_stream(CUstream_st* s, int index) {
   SYNCMEM_EXPECTS(w->device() == index,
                   fmt::format("a stream of emulated:{} was used on emulated:{}", w->device(), index));
   // CUDA's legacy default stream is the current device's.
-  if (w == devices_[static_cast<std::size_t>(index)].load(std::memory_order_acquire)->default_stream) {
+  if (w == device(index).default_stream.load(std::memory_order_acquire)) {
     require_current(index, "work on the default stream");
   }
   return *w;

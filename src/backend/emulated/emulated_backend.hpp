@@ -55,7 +55,8 @@ struct device_state {
   // on it, even if its owner destroys it meanwhile on another thread.
   std::unordered_map<worker_stream*, std::shared_ptr<worker_stream>> streams;
   std::once_flag default_stream_once;
-  worker_stream* default_stream = nullptr;  // never destroyed
+  // Never destroyed; atomic, as any stream's use compares itself with it.
+  std::atomic<worker_stream*> default_stream{nullptr};
   std::once_flag peers_once;
 };
 
@@ -155,7 +156,7 @@ class emulated_backend final : public backend {
     {
       std::lock_guard lock{d.streams_mutex};
       for (const auto& entry : d.streams) streams.push_back(entry.second);
-      default_stream = d.default_stream;  // never destroyed
+      default_stream = d.default_stream.load(std::memory_order_acquire);  // never destroyed
     }
     for (const auto& s : streams) f(*s);
     if (default_stream != nullptr) f(*default_stream);

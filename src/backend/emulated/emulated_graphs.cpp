@@ -26,7 +26,7 @@ bool emulated_graphs::stream_capturing(int index, CUstream_st* s) { return backe
 
 void emulated_graphs::begin_capture(int index, CUstream_st* s) {
   auto& w = backend_.to_stream(s, index);
-  SYNCMEM_EXPECTS(&w != backend_.device(index).default_stream,
+  SYNCMEM_EXPECTS(&w != backend_.device(index).default_stream.load(std::memory_order_acquire),
                   fmt::format("begin_capture: the default stream of emulated:{} cannot be captured (as CUDA's legacy "
                               "default stream cannot)",
                               index));
