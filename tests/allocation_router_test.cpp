@@ -2,8 +2,8 @@
 // The allocation router: one list of routes that captures, mr::use_pool
 // scopes and PyTorch's pools register into. A scope routes only its own
 // thread on its own device, scopes nest (the innermost wins, ending one out of
-// order is reported), a capture comes before any scope, and a pool's own
-// resource is routed to captures only.
+// order is reported), a capture comes before any scope, and a filter routes
+// the streams it accepts, from any thread.
 #include "core/allocation_router.hpp"
 
 #include <gtest/gtest.h>
@@ -31,8 +31,8 @@ TYPED_TEST_SUITE(AllocationRouter, device_kinds, device_kind_names);
 
 TYPED_TEST(AllocationRouter, NothingIsRoutedWithoutARoute) {
   stream s{this->dev()};
-  EXPECT_FALSE(find_route(s, false).has_value());
-  EXPECT_FALSE(find_route(default_stream(this->dev()), false).has_value());
+  EXPECT_FALSE(find_route(s).has_value());
+  EXPECT_FALSE(find_route(default_stream(this->dev())).has_value());
   EXPECT_EQ(thread_route(this->dev()), nullptr);
 }
 
@@ -40,7 +40,7 @@ TYPED_TEST(AllocationRouter, AScopeRoutesOnlyItsThreadOnItsDevice) {
   mr::pool p{this->dev(), mr::pool_options{.use_on_oom_only = true}};
   stream s{this->dev()};
   const auto number = add_thread_route(this->dev(), &p, true);
-  const auto here = find_route(s, false);
+  const auto here = find_route(s);
   ASSERT_TRUE(here.has_value());
   EXPECT_EQ(here->pool, &p);
   EXPECT_TRUE(here->on_oom_only);
@@ -50,7 +50,7 @@ TYPED_TEST(AllocationRouter, AScopeRoutesOnlyItsThreadOnItsDevice) {
   std::optional<detail::route_match> elsewhere{detail::route_match{}};
   mr::pool* current_elsewhere = &p;
   std::thread other{[&] {
-    elsewhere = find_route(s, false);
+    elsewhere = find_route(s);
     current_elsewhere = thread_route(this->dev());
   }};
   other.join();
@@ -63,7 +63,7 @@ TYPED_TEST(AllocationRouter, AScopeRoutesOnlyItsThreadOnItsDevice) {
   EXPECT_EQ(thread_route(other_device), nullptr);
 
   EXPECT_TRUE(remove_thread_route(number));
-  EXPECT_FALSE(find_route(s, false).has_value());
+  EXPECT_FALSE(find_route(s).has_value());
   EXPECT_EQ(thread_route(this->dev()), nullptr);
 }
 
@@ -72,17 +72,17 @@ TYPED_TEST(AllocationRouter, ScopesNestAndAnEndOutOfOrderIsReported) {
   mr::pool inner{this->dev()};
   stream s{this->dev()};
   const auto a = add_thread_route(this->dev(), &outer, false);
-  EXPECT_EQ(find_route(s, false)->pool, &outer);
+  EXPECT_EQ(find_route(s)->pool, &outer);
   const auto b = add_thread_route(this->dev(), &inner, false);
-  EXPECT_EQ(find_route(s, false)->pool, &inner);
+  EXPECT_EQ(find_route(s)->pool, &inner);
   EXPECT_FALSE(remove_thread_route(a)) << "the outer scope ended first: that is out of order";
-  EXPECT_EQ(find_route(s, false)->pool, &inner);
+  EXPECT_EQ(find_route(s)->pool, &inner);
   EXPECT_TRUE(remove_thread_route(b));
-  EXPECT_FALSE(find_route(s, false).has_value());
+  EXPECT_FALSE(find_route(s).has_value());
   EXPECT_TRUE(remove_thread_route(b)) << "ending a scope twice changes nothing";
 }
 
-TYPED_TEST(AllocationRouter, ACaptureComesBeforeAScopeAndReachesAPoolsOwnResource) {
+TYPED_TEST(AllocationRouter, ACaptureComesBeforeAScope) {
   mr::pool p{this->dev()};
   stream captured{this->dev()};
   stream plain{this->dev()};
@@ -92,28 +92,22 @@ TYPED_TEST(AllocationRouter, ACaptureComesBeforeAScopeAndReachesAPoolsOwnResourc
   const auto token = detail::external_capture_began(this->dev(), graph_pool,
                                                     [captured_handle](CUstream_st* h) { return h == captured_handle; });
 
-  const auto on_captured = find_route(captured, false);
+  const auto on_captured = find_route(captured);
   ASSERT_TRUE(on_captured.has_value());
   ASSERT_TRUE(on_captured->capture.has_value()) << "the scope won over the capture";
   EXPECT_EQ(on_captured->capture->pool, graph_pool);
   EXPECT_EQ(on_captured->capture->number, token);
   EXPECT_EQ(on_captured->pool, nullptr);
 
-  const auto on_plain = find_route(plain, false);
+  const auto on_plain = find_route(plain);
   ASSERT_TRUE(on_plain.has_value());
   EXPECT_FALSE(on_plain->capture.has_value());
   EXPECT_EQ(on_plain->pool, &p);
 
-  // A pool's own resource: the capture, never the scope.
-  const auto pool_on_captured = find_route(captured, true);
-  ASSERT_TRUE(pool_on_captured.has_value());
-  EXPECT_EQ(pool_on_captured->capture->pool, graph_pool);
-  EXPECT_FALSE(find_route(plain, true).has_value());
-
   detail::external_capture_ended(token);
-  EXPECT_EQ(find_route(captured, false)->pool, &p);
+  EXPECT_EQ(find_route(captured)->pool, &p);
   EXPECT_TRUE(remove_thread_route(scope));
-  EXPECT_FALSE(find_route(captured, false).has_value());
+  EXPECT_FALSE(find_route(captured).has_value());
 }
 
 TYPED_TEST(AllocationRouter, AFilterRoutesTheStreamsItAcceptsToAPoolNewestFirst) {
@@ -125,30 +119,29 @@ TYPED_TEST(AllocationRouter, AFilterRoutesTheStreamsItAcceptsToAPoolNewestFirst)
   const auto filter = detail::add_filtered_route(
       this->dev(), [accepted_handle](CUstream_st* h) { return h == accepted_handle; }, &filtered_pool, true);
 
-  const auto hit = find_route(accepted, false);
+  const auto hit = find_route(accepted);
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->pool, &filtered_pool);
   EXPECT_TRUE(hit->on_oom_only);
-  EXPECT_FALSE(find_route(refused, false).has_value());
-  EXPECT_FALSE(find_route(accepted, true).has_value()) << "a pool's own resource was routed to a pool";
+  EXPECT_FALSE(find_route(refused).has_value());
   EXPECT_EQ(thread_route(this->dev()), nullptr) << "a filter is not a scope of this thread";
 
   // Another thread's allocations on the accepted stream: the filter decides, not the thread.
   std::optional<detail::route_match> from_other;
-  std::thread other{[&] { from_other = find_route(accepted, false); }};
+  std::thread other{[&] { from_other = find_route(accepted); }};
   other.join();
   ASSERT_TRUE(from_other.has_value());
   EXPECT_EQ(from_other->pool, &filtered_pool);
 
   // A scope opened after the filter is newer: it wins on this thread.
   const auto scope = add_thread_route(this->dev(), &scoped_pool, false);
-  EXPECT_EQ(find_route(accepted, false)->pool, &scoped_pool);
-  EXPECT_EQ(find_route(refused, false)->pool, &scoped_pool);
+  EXPECT_EQ(find_route(accepted)->pool, &scoped_pool);
+  EXPECT_EQ(find_route(refused)->pool, &scoped_pool);
   EXPECT_TRUE(remove_thread_route(scope));
-  EXPECT_EQ(find_route(accepted, false)->pool, &filtered_pool);
+  EXPECT_EQ(find_route(accepted)->pool, &filtered_pool);
 
   detail::remove_filtered_route(filter);
-  EXPECT_FALSE(find_route(accepted, false).has_value());
+  EXPECT_FALSE(find_route(accepted).has_value());
 }
 
 }  // namespace

@@ -239,10 +239,10 @@ void remove_filtered_route(std::uint64_t number) noexcept {
 
 // ---- the one question -------------------------------------------------------------------------------
 
-std::optional<route_match> find_route(stream_view s, bool captures_only) {
+std::optional<route_match> find_route(stream_view s) {
   if (!routes_open()) return std::nullopt;
   if (auto capture = capture_on(s)) return route_match{std::move(capture), nullptr, false};
-  if (captures_only || (thread_scopes == 0 && filtered_pool_routes.load(std::memory_order_acquire) == 0)) {
+  if (thread_scopes == 0 && filtered_pool_routes.load(std::memory_order_acquire) == 0) {
     return std::nullopt;
   }
   // Routes to pools, newest first: this thread's scopes, and filters.

@@ -41,9 +41,9 @@ inline std::atomic<int> open_routes{0};
 [[nodiscard]] inline bool routes_open() noexcept { return open_routes.load(std::memory_order_acquire) > 0; }
 
 // Where an allocation on `s` by this thread goes; nullopt for the resource's
-// own cache. A pool's own resource passes captures_only (it is never routed
-// to a pool, its own included).
-[[nodiscard]] std::optional<route_match> find_route(stream_view s, bool captures_only);
+// own cache. (A pool's own resource serves a route to a pool itself: the
+// caller tells, only when a pool route matched.)
+[[nodiscard]] std::optional<route_match> find_route(stream_view s);
 
 // An mr::use_pool scope: this thread's allocations on `device` go to `pool`.
 // Returns the route's number for remove_thread_route.

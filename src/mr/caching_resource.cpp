@@ -122,9 +122,12 @@ bool caching_resource::remove_segment_observer(const segment_observer* observer)
 
 void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {
   if (syncmem::detail::routes_open()) {
-    if (auto route = syncmem::detail::find_route(stream, detail::caching::is_pool_resource(this))) {
+    if (auto route = syncmem::detail::find_route(stream)) {
       if (route->capture) return private_->allocate(bytes, stream, *route->capture);
-      return allocate_routed(*route->pool, route->on_oom_only, *state_, bytes, stream);
+      // A pool's own resource is never routed (its pool's allocations reach it so).
+      if (!detail::caching::is_pool_resource(this)) {
+        return allocate_routed(*route->pool, route->on_oom_only, *state_, bytes, stream);
+      }
     }
   }
   return state_->allocate(bytes, stream);
