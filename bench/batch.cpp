@@ -74,7 +74,7 @@ class batch_setup {
       host_ = pageable_.get();
     }
     std::memset(host_, 1, total);  // touched: no page faults in the figures
-    backend.memset_async(dev_, 2, total, device.index(), s_.view().native_handle());
+    backend.memset_async(dev_, 2, total, device.index(), s_.view().handle());
     s_.synchronize();
     for (std::size_t i = 0; i < count; ++i) {
       std::byte* h = host_ + i * bytes;
@@ -117,7 +117,7 @@ class batch_setup {
 #endif
         auto& backend = detail::backend_for(device_);
         for (std::size_t i = 0; i < count_; ++i) {
-          backend.memcpy_async(dsts_[i], srcs_[i], bytes_, device_.index(), s_.view().native_handle());
+          backend.memcpy_async(dsts_[i], srcs_[i], bytes_, device_.index(), s_.view().handle());
         }
         s_.synchronize();
         return;
@@ -244,7 +244,7 @@ class prefetch_setup {
 #endif
     auto& backend = detail::backend_for(device_);
     for (std::size_t i = 0; i < host_.size(); ++i) {
-      backend.memcpy_async(dev_[i], host_[i], bytes_, device_.index(), s_.view().native_handle());
+      backend.memcpy_async(dev_[i], host_[i], bytes_, device_.index(), s_.view().handle());
     }
     s_.synchronize();
   }

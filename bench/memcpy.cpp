@@ -56,7 +56,7 @@ void stream_copy(benchmark::State& state, std::size_t bytes, device_id device) {
   const stream s{device};
   auto& backend = detail::backend_for(device);
   for (auto _ : state) {
-    backend.memcpy_async(b.dst.data(), b.src.data(), bytes, device.index(), s.view().native_handle());
+    backend.memcpy_async(b.dst.data(), b.src.data(), bytes, device.index(), s.view().handle());
     s.synchronize();
   }
   finish(state, b);

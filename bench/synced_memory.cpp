@@ -102,8 +102,8 @@ class roundtrip_pair {
     }
 #endif
     auto& backend = detail::backend_for(device_);
-    backend.memcpy_async(dev_, host_, bytes_, device_.index(), s_.view().native_handle());
-    backend.memcpy_async(host_, dev_, bytes_, device_.index(), s_.view().native_handle());
+    backend.memcpy_async(dev_, host_, bytes_, device_.index(), s_.view().handle());
+    backend.memcpy_async(host_, dev_, bytes_, device_.index(), s_.view().handle());
     s_.synchronize();
   }
 

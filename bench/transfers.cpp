@@ -177,7 +177,7 @@ struct buffers {
 // The backend's own copy (an emulated device's "DMA"), the baseline where there is no CUDA.
 void backend_copy(void* dst, const void* src, std::size_t n, stream_view s) {
   device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.native_handle());
+  detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.handle());
 }
 
 enum class direction { h2d, d2h };

@@ -88,9 +88,9 @@ TYPED_TEST(AllocationRouter, ACaptureComesBeforeAScope) {
   stream plain{this->dev()};
   const auto scope = add_thread_route(this->dev(), &p, false);
   auto graph_pool = std::make_shared<detail::graph_pool_state>(7);
-  const void* captured_handle = captured.view().native_handle();
-  const auto token = detail::external_capture_began(this->dev(), graph_pool,
-                                                    [captured_handle](CUstream_st* h) { return h == captured_handle; });
+  const stream_handle captured_handle = captured.view().handle();
+  const auto token = detail::external_capture_began(
+      this->dev(), graph_pool, [captured_handle](stream_handle h) { return h == captured_handle; });
 
   const auto on_captured = find_route(captured);
   ASSERT_TRUE(on_captured.has_value());
@@ -115,9 +115,9 @@ TYPED_TEST(AllocationRouter, AFilterRoutesTheStreamsItAcceptsToAPoolNewestFirst)
   mr::pool scoped_pool{this->dev()};
   stream accepted{this->dev()};
   stream refused{this->dev()};
-  const void* accepted_handle = accepted.view().native_handle();
+  const stream_handle accepted_handle = accepted.view().handle();
   const auto filter = detail::add_filtered_route(
-      this->dev(), [accepted_handle](CUstream_st* h) { return h == accepted_handle; }, &filtered_pool, true);
+      this->dev(), [accepted_handle](stream_handle h) { return h == accepted_handle; }, &filtered_pool, true);
 
   const auto hit = find_route(accepted);
   ASSERT_TRUE(hit.has_value());

@@ -24,7 +24,7 @@ TEST(AllocatorSnapshot, WritesTheSchema) {
   mr::allocator_snapshot::segment seg;
   seg.address = 0x7f0000000000;
   seg.size = 2097152;
-  const stream_view legacy = detail::stream_access::make(device_id::cuda(0), nullptr);
+  const stream_view legacy = detail::stream_access::make(device_id::cuda(0), stream_handle{});
   seg.stream = legacy;
   seg.pool = mr::segment_pool::small;
   seg.blocks.push_back({0, 512, mr::block_state::allocated, 300, "weights", legacy});
@@ -48,8 +48,8 @@ TEST(AllocatorSnapshot, WritesTheSchema) {
 // "none" for no stream, the pool's name.
 TEST(AllocatorSnapshot, StreamsAndPoolsAreWrittenOnlyInTheJson) {
   const auto handle = (test::rng()() | 1U) & ((std::uint64_t{1} << 47) - 1);  // random, never 0
-  const stream_view s = detail::stream_access::make(
-      device_id::emulated(1), reinterpret_cast<CUstream_st*>(static_cast<std::uintptr_t>(handle)));
+  const stream_view s =
+      detail::stream_access::make(device_id::emulated(1), stream_handle{static_cast<std::uintptr_t>(handle)});
   mr::allocator_snapshot snap;
   for (const auto pool : {mr::segment_pool::small, mr::segment_pool::large, mr::segment_pool::expandable}) {
     mr::allocator_snapshot::segment seg;

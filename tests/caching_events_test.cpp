@@ -21,16 +21,16 @@ const device_id device = device_id::emulated(0);
 
 TEST(CachingEvents, EventsAreRecycled) {
   caching_events events{device};
-  CUevent_st* e = events.get();
+  event_handle e = events.get();
   EXPECT_EQ(events.made(), 1U);
   events.put(e);
   EXPECT_EQ(events.get(), e);
-  CUevent_st* f = events.get();
+  event_handle f = events.get();
   EXPECT_NE(f, e);
   EXPECT_EQ(events.made(), 2U);
   events.put(e);
   events.put(f);
-  events.put(nullptr);  // ignored
+  events.put(event_handle{});  // ignored
   (void)events.get();
   (void)events.get();
   EXPECT_EQ(events.made(), 2U);
@@ -41,9 +41,9 @@ TEST(CachingEvents, EventsAreRecycled) {
 TEST(CachingEvents, AnEventPassesWhenTheWorkBeforeItIsDone) {
   caching_events events{device};
   stream s{device};
-  EXPECT_TRUE(events.passed(nullptr));
+  EXPECT_TRUE(events.passed(event_handle{}));
   syncmem::test::device_sleep(s, 50ms);
-  CUevent_st* e = events.record_on(s.view().native_handle());
+  event_handle e = events.record_on(s.view().handle());
   EXPECT_FALSE(events.passed(e));
   events.synchronize(e);
   EXPECT_TRUE(events.passed(e));
@@ -60,7 +60,7 @@ TEST(CachingEvents, OrderAfterMakesAStreamWaitForAnother) {
   void* p = memory.allocate(bytes, first);
   syncmem::test::device_sleep(first, 30ms);
   syncmem::test::device_fill_pattern(first, p, bytes, fresh_seed());
-  events.order_after(first.view().native_handle(), second.view().native_handle());
+  events.order_after(first.view().handle(), second.view().handle());
   const auto seed = fresh_seed();
   syncmem::test::device_fill_pattern(second, p, bytes, seed);
   synchronize_device(device);

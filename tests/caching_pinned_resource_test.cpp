@@ -103,7 +103,7 @@ struct device_buffer {
 
 void backend_copy(void* dst, const void* src, std::size_t n, stream_view s) {
   device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.native_handle());
+  detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.handle());
 }
 
 void fill_host(void* p, std::size_t n, std::uint64_t seed) {

@@ -11,7 +11,7 @@
 namespace syncmem::mr::detail::caching {
 namespace {
 
-CUstream_st* fake_stream(std::uintptr_t n) { return reinterpret_cast<CUstream_st*>(n * 64); }
+stream_handle fake_stream(std::uintptr_t n) { return stream_handle{n * 64}; }
 
 class caching_snapshot_test : public ::testing::Test {
  protected:
@@ -81,7 +81,7 @@ TEST_F(caching_snapshot_test, SegmentsInAddressOrderWithTheirBlocks) {
 TEST_F(caching_snapshot_test, EachRunOfMappedPagesOfTheGrowableRangeIsASegment) {
   stream_pool retired;
   retired.kind = stream_pool::role::retired;
-  segment range{0x80000000, 10 << 20, pool_kind::large, true, nullptr, nullptr};
+  segment range{0x80000000, 10 << 20, pool_kind::large, true, stream_handle{}, nullptr};
   add(range, 2 << 20, block_status::free, &retired);
   add(range, 2 << 20, block_status::allocated);
   add(range, 4 << 20, block_status::unmapped);

@@ -39,7 +39,7 @@ TEST(CachingTotals, AThreadsDeltasAreFoldedInAndItsCountsAbsorbed) {
   block_store store;
   block* b = store.make();
   b->size = 2048;
-  (void)tc.hand_out(b, nullptr, 2000, 0);  // a hit of this thread
+  (void)tc.hand_out(b, stream_handle{}, 2000, 0);  // a hit of this thread
   totals.fold(tc);
   EXPECT_EQ(tc.allocated_delta.load(), 0);
   auto s = totals.report(totals.current(none));

@@ -33,7 +33,7 @@ void gpu_memset(void* p, int value, std::size_t n) {
   const auto device = compat::current();
   device_guard guard{device};
   auto s = default_stream(device);
-  detail::backend_for(device).memset_async(p, value, n, device.index(), s.native_handle());
+  detail::backend_for(device).memset_async(p, value, n, device.index(), s.handle());
   s.synchronize();
 }
 

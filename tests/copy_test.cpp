@@ -107,7 +107,7 @@ class test_buffer {
     }
     auto s = default_stream(*device_);
     device_guard guard{*device_};
-    detail::backend_for(*device_).memcpy_async(p_, bytes.data(), size_, device_->index(), s.native_handle());
+    detail::backend_for(*device_).memcpy_async(p_, bytes.data(), size_, device_->index(), s.handle());
     s.synchronize();
   }
 
@@ -119,7 +119,7 @@ class test_buffer {
     }
     auto s = default_stream(*device_);
     device_guard guard{*device_};
-    detail::backend_for(*device_).memcpy_async(bytes.data(), p_, size_, device_->index(), s.native_handle());
+    detail::backend_for(*device_).memcpy_async(bytes.data(), p_, size_, device_->index(), s.handle());
     s.synchronize();
     return bytes;
   }

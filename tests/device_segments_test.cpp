@@ -25,12 +25,12 @@ struct parts {
 TEST(DeviceSegments, ASegmentIsOneFreeBlockOfUsableMemory) {
   parts p;
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream_pool& pool = p.pools.pool_for(s.view().handle());
   block* b = p.segments.grow(pool_kind::large, 4 * MiB, pool, s);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->size, 4 * MiB);
   EXPECT_EQ(b->owner, &pool);
-  EXPECT_EQ(b->seg->stream, s.view().native_handle());
+  EXPECT_EQ(b->seg->stream, s.view().handle());
   EXPECT_EQ(p.reserved.bytes(), 4 * MiB);
   EXPECT_EQ(p.reserved.growths(), 1U);
   ASSERT_EQ(p.segments.all().size(), 1U);
@@ -49,7 +49,7 @@ TEST(DeviceSegments, ASegmentIsOneFreeBlockOfUsableMemory) {
 TEST(DeviceSegments, OnlyWhollyFreeSegmentsAreIdleLargestFirst) {
   parts p;
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream_pool& pool = p.pools.pool_for(s.view().handle());
   block* small = p.segments.grow(pool_kind::small, 2 * MiB, pool, s);
   block* large = p.segments.grow(pool_kind::large, 8 * MiB, pool, s);
   block* used = p.segments.grow(pool_kind::large, 6 * MiB, pool, s);
@@ -69,7 +69,7 @@ TEST(DeviceSegments, TheLimitRefusesBeforeTheDeviceIsAsked) {
   syncmem::test::counting_device_resource upstream{device};
   parts p{&upstream, 5 * MiB};
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream_pool& pool = p.pools.pool_for(s.view().handle());
   ASSERT_NE(p.segments.grow(pool_kind::large, 4 * MiB, pool, s), nullptr);
   EXPECT_EQ(upstream.allocations.load(), 1);
   EXPECT_EQ(p.segments.grow(pool_kind::large, 2 * MiB, pool, s), nullptr);
@@ -82,7 +82,7 @@ TEST(DeviceSegments, TheLimitRefusesBeforeTheDeviceIsAsked) {
 TEST(DeviceSegments, AnUpstreamThatRefusesIsOutOfMemoryNotAnError) {
   parts p;
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream_pool& pool = p.pools.pool_for(s.view().handle());
   const std::size_t too_much = get_memory_info(device).total * 2;
   EXPECT_EQ(p.segments.grow(pool_kind::large, too_much, pool, s), nullptr);
   EXPECT_FALSE(p.reserved.limit_hit());

@@ -114,13 +114,13 @@ TEST_F(EmulatedCurrentDevice, WhatRunsOnTheCurrentDeviceIsRefusedOnAnother) {
   refused([&] { (void)emu().create_stream(other, false, 0); }, "create_stream");
   refused([&] { (void)emu().create_event(other, false, false); }, "create_event");
   refused([&] { emu().enable_peer_access(other, 0); }, "enable_peer_access");
-  CUstream_st* const default_of_other = emu().default_stream(other);
+  stream_handle const default_of_other = emu().default_stream(other);
   refused([&] { emu().synchronize_stream(other, default_of_other); }, "work on the default stream");
   EXPECT_EQ(provoked(), 7u);
 
   // A stream of its own names its device: work on it needs no guard (as cudaMemcpyAsync's).
   void* p = nullptr;
-  CUstream_st* s = nullptr;
+  stream_handle s{};
   {
     const device_guard guard{device_id::emulated(other)};
     p = emu().allocate(other, 4096);
@@ -222,12 +222,12 @@ TEST(Emulated, CopiesPastTheEndOfAnAllocationAreRefused) {
   std::vector<std::uint8_t> host(4096);
   auto s = default_stream(device_id::emulated(0));
   try {
-    emu().memcpy_async(host.data(), d + 512, 1024, 0, s.native_handle());
+    emu().memcpy_async(host.data(), d + 512, 1024, 0, s.handle());
     FAIL() << "did not throw";
   } catch (const logic_error& e) {
     EXPECT_THAT(e.what(), HasSubstr("runs past the end of its allocation"));
   }
-  EXPECT_THROW(emu().memset_async(d + 1000, 0, 100, 0, s.native_handle()), logic_error);
+  EXPECT_THROW(emu().memset_async(d + 1000, 0, 100, 0, s.handle()), logic_error);
   emu().deallocate(0, d, 1024);
 }
 
@@ -240,7 +240,7 @@ TEST(Emulated, DeallocateWaitsForWorkInFlightLikeCudaFree) {
   std::vector<std::uint8_t> host(n);
   test::stream_latch hold{s};
   test::device_fill_pattern(s, d, n, seed);
-  emu().memcpy_async(host.data(), d, n, 0, s.view().native_handle());
+  emu().memcpy_async(host.data(), d, n, 0, s.view().handle());
   EXPECT_TRUE(test::while_held(hold, [&] {
     emu().deallocate(0, d, n);  // must not free before the copy ran
     return s.ready();
@@ -254,10 +254,10 @@ TEST(Emulated, StreamOrderedFreeRunsAfterEarlierWork) {
   stream s{device_id::emulated(0)};
   auto& pools = *emu().pools();
   const auto pool = pools.create(0, 0);  // keeps nothing cached: a free returns the memory
-  void* d = pools.allocate(0, pool, 4096, s.view().native_handle());
+  void* d = pools.allocate(0, pool, 4096, s.view().handle());
   ASSERT_NE(d, nullptr);
   test::stream_latch hold{s};
-  pools.deallocate(0, pool, d, s.view().native_handle());
+  pools.deallocate(0, pool, d, s.view().handle());
   EXPECT_LT(get_memory_info(device_id::emulated(0)).free, before);
   hold.release();
   s.synchronize();

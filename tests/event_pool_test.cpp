@@ -32,10 +32,10 @@ TYPED_TEST(EventPool, HandsOutAPendingEventAgainOnlyOnCuda) {
   event e = pool.acquire(this->dev());
   e.record(held);
   ASSERT_FALSE(e.ready());
-  const auto* handle = e.native_handle();
+  const auto handle = e.handle();
   pool.release(std::move(e));
   event again = pool.acquire(this->dev());
-  EXPECT_EQ(again.native_handle() == handle, this->is_cuda());
+  EXPECT_EQ(again.handle() == handle, this->is_cuda());
   EXPECT_EQ(again.device(), this->dev());
   hold.release();
   held.synchronize();
@@ -83,18 +83,18 @@ TYPED_TEST(EventPool, EventsAThreadKeepsGoToThePoolWhenItEnds) {
   constexpr std::size_t count = 6;
   auto take_and_give_back = [&pool, d] {
     std::vector<event> events;
-    std::vector<const void*> handles;
+    std::vector<event_handle> handles;
     for (std::size_t i = 0; i < count; ++i) {
       events.push_back(pool.acquire(d));
-      handles.push_back(events.back().native_handle());
+      handles.push_back(events.back().handle());
     }
     for (event& e : events) pool.release_completed(std::move(e));
     std::sort(handles.begin(), handles.end());
     return handles;
   };
-  std::vector<const void*> first;
+  std::vector<event_handle> first;
   std::thread{[&] { first = take_and_give_back(); }}.join();
-  std::vector<const void*> second;
+  std::vector<event_handle> second;
   std::thread{[&] { second = take_and_give_back(); }}.join();
   EXPECT_EQ(std::adjacent_find(first.begin(), first.end()), first.end()) << "an event handed out twice at once";
   EXPECT_EQ(second, first);

@@ -81,7 +81,7 @@ TYPED_TEST(Events, StreamWaitOrdersWorkAcrossStreams) {
     test::device_fill_pattern(a, device_buffer, n, seed);
     written.record(a);
     b.wait(written);
-    be.memcpy_async(host, device_buffer, n, this->dev().index(), b.view().native_handle());
+    be.memcpy_async(host, device_buffer, n, this->dev().index(), b.view().handle());
     b.synchronize();
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], test::pattern_byte(seed, i)) << "round " << round;
     be.deallocate_pinned(host, n);
@@ -139,10 +139,10 @@ TYPED_TEST(Events, ElapsedTimeNeedsTimingEvents) {
 
 TYPED_TEST(Events, MoveKeepsTheHandle) {
   event a{this->dev()};
-  auto* handle = a.native_handle();
+  auto handle = a.handle();
   event b{std::move(a)};
-  EXPECT_EQ(b.native_handle(), handle);
-  EXPECT_THROW((void)a.native_handle(), logic_error);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(b.handle(), handle);
+  EXPECT_THROW((void)a.handle(), logic_error);  // NOLINT(bugprone-use-after-move)
 }
 
 TEST(EventsAcrossDevices, RecordingOnAStreamOfAnotherDeviceNamesBoth) {

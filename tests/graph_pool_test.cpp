@@ -429,7 +429,7 @@ TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
   counting_device_resource upstream{this->dev()};
   std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
   stream s{this->dev()}, other{this->dev()};
-  CUstream_st* const handle = stream_view{s}.native_handle();
+  stream_handle const handle = stream_view{s}.handle();
   auto& backend = detail::backend_for(this->dev());
   auto& graphs = detail::require_graphs(backend, "begin_capture");
   const int index = this->dev().index();
@@ -439,7 +439,7 @@ TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
   std::optional<graph_pool> pool{std::in_place};
   int asked = 0;
   const std::uint64_t token =
-      detail::external_capture_began(this->dev(), detail::graph_pool_access::state(*pool), [&](CUstream_st* h) {
+      detail::external_capture_began(this->dev(), detail::graph_pool_access::state(*pool), [&](stream_handle h) {
         ++asked;
         device_guard guard{this->dev()};
         return h == handle && backend.stream_capturing(index, h);
@@ -502,7 +502,7 @@ TYPED_TEST(GraphPools, EndingAnExternalCaptureIsIdempotent) {
   graph_pool pool;
   int asked = 0;
   const std::uint64_t token = detail::external_capture_began(this->dev(), detail::graph_pool_access::state(pool),
-                                                             [&](CUstream_st*) { return ++asked, false; });
+                                                             [&](stream_handle) { return ++asked, false; });
   detail::external_capture_ended(token);
   detail::external_capture_ended(token);
   detail::external_capture_ended(token + 1'000'000);

@@ -40,12 +40,12 @@ using block = backend_block;  // (device, size, on_device)
 
 void copy_on(stream_view s, void* dst, const void* src, std::size_t bytes) {
   device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(dst, src, bytes, s.device().index(), s.native_handle());
+  detail::backend_for(s.device()).memcpy_async(dst, src, bytes, s.device().index(), s.handle());
 }
 
 void memset_on(stream_view s, void* dst, int value, std::size_t bytes) {
   device_guard guard{s.device()};
-  detail::backend_for(s.device()).memset_async(dst, value, bytes, s.device().index(), s.native_handle());
+  detail::backend_for(s.device()).memset_async(dst, value, bytes, s.device().index(), s.handle());
 }
 
 // Whether `watch` expires: at once on emulated devices (a stream releases

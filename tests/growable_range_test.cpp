@@ -40,7 +40,7 @@ struct parts {
 // Two streams of the device and their pools in `p`.
 struct two_streams {
   explicit two_streams(parts& p)
-      : pool{p.pools.pool_for(s.view().native_handle())}, elsewhere{p.pools.pool_for(other.view().native_handle())} {}
+      : pool{p.pools.pool_for(s.view().handle())}, elsewhere{p.pools.pool_for(other.view().handle())} {}
   stream s{device};
   stream other{device};
   stream_pool& pool;
@@ -81,7 +81,7 @@ TEST(GrowableRange, OffUnlessAskedFor) {
 TEST(GrowableRange, GrowsByPagesAndExtendsThePoolsLastBlock) {
   parts p;
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream_pool& pool = p.pools.pool_for(s.view().handle());
   ASSERT_TRUE(p.range.ready());
   EXPECT_TRUE(p.range.in_use());
   block* a = p.range.grow(3 * MiB, pool);
@@ -103,7 +103,7 @@ TEST(GrowableRange, GrowsByPagesAndExtendsThePoolsLastBlock) {
 TEST(GrowableRange, ReclaimUnmapsFreePagesAndGivesThemBack) {
   parts p;
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream_pool& pool = p.pools.pool_for(s.view().handle());
   ASSERT_TRUE(p.range.ready());
   block* a = p.range.grow(16 * MiB, pool);
   ASSERT_NE(a, nullptr);
@@ -123,7 +123,7 @@ TEST(GrowableRange, TheLimitRefusesNewPages) {
   parts p;
   p.reserved.set_limit(4 * MiB);
   stream s{device};
-  expect_refused(p, p.pools.pool_for(s.view().native_handle()), 64 * MiB);
+  expect_refused(p, p.pools.pool_for(s.view().handle()), 64 * MiB);
 }
 
 TEST(GrowableRange, IdlePagesMoveWhereGrowthNeedsThem) {
@@ -285,7 +285,7 @@ TEST(GrowableRange, AMovedLargePageLetGoCountsUntilItsOldPlaceIsUnmapped) {
 TEST(GrowableRange, GrowFromIdleMapsAHoleWholeToJoinFreeBlocksOnBothSides) {
   parts p{true, true, true};  // 2 MiB pages
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream_pool& pool = p.pools.pool_for(s.view().handle());
   ASSERT_TRUE(p.range.ready());
   const std::uintptr_t base = p.range.range()->base;
   block* a = p.range.grow(3 * MiB, pool);  // [0, 3), [3, 4) free
@@ -357,7 +357,7 @@ TEST(GrowableRange, LargePagesMapTheBulkOfABigGrowth) {
        {run{20 * MiB, 300 * MiB, 20 * MiB}, run{0, 300 * MiB, 2 * MiB}, run{20 * MiB, 254 * MiB, 2 * MiB}}) {
     parts p{true, false, false, 0, r.large_page};
     stream s{device};
-    stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+    stream_pool& pool = p.pools.pool_for(s.view().handle());
     ASSERT_TRUE(p.range.ready());
     EXPECT_EQ(p.range.large_page_size(), r.large_page);
     block* a = p.range.grow(r.grown, pool);
@@ -415,7 +415,7 @@ TEST(GrowableRange, TheLimitRefusesABigGrowthWhole) {
   parts p{true, false, false, 0, 20 * MiB};
   p.reserved.set_limit(290 * MiB);
   stream s{device};
-  stream_pool& pool = p.pools.pool_for(s.view().native_handle());
+  stream_pool& pool = p.pools.pool_for(s.view().handle());
   expect_refused(p, pool, 300 * MiB);
   block* a = p.range.grow(280 * MiB, pool);  // within the limit: large pages and pages
   ASSERT_NE(a, nullptr);

@@ -277,7 +277,7 @@ class HostCopyPoolGate : public device_test<Kind> {
     // Enqueues the DMA of the device bytes into the staging buffer.
     void land() {
       device_guard guard{dev};
-      detail::backend_for(dev).memcpy_async(staging, device, bytes, dev.index(), stream.native_handle());
+      detail::backend_for(dev).memcpy_async(staging, device, bytes, dev.index(), stream.handle());
     }
     device_id dev;
     stream_view stream;

@@ -62,7 +62,7 @@ TEST(LoggingAdaptor, WritesOneLinePerCall) {
   EXPECT_EQ(events[0].pointer, reinterpret_cast<std::uintptr_t>(made[0].first));
   EXPECT_EQ(events[0].size, 4096U);
   EXPECT_EQ(events[0].label, "weights, \"big\"\nlayer");
-  EXPECT_EQ(events[0].stream, reinterpret_cast<std::uintptr_t>(s.view().native_handle()));
+  EXPECT_EQ(events[0].stream, static_cast<std::uintptr_t>(s.view().handle()));
   EXPECT_EQ(events[1].label, "");
   EXPECT_EQ(events[2].action, mr::trace_action::allocate_failure);
   EXPECT_EQ(events[2].pointer, 0U);

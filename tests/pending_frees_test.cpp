@@ -39,20 +39,20 @@ class pending_frees_test : public ::testing::Test {
   caching_events events_{device};
   stream_pools pools_{std::numeric_limits<std::size_t>::max()};
   pending_frees pending_{events_, pools_, "pending_frees_test"};
-  segment segment_{1 << 20, 4096, pool_kind::small, false, nullptr, nullptr};
+  segment segment_{1 << 20, 4096, pool_kind::small, false, stream_handle{}, nullptr};
   stream freeing_{device};
   stream user_{device};
 };
 
 TEST_F(pending_frees_test, ABlockUsedElsewhereWaitsForThatStream) {
   block* b = handed_out();
-  pending_.add_use(b, user_.view().native_handle());
-  pending_.add_use(b, user_.view().native_handle());
+  pending_.add_use(b, user_.view().handle());
+  pending_.add_use(b, user_.view().handle());
   EXPECT_EQ(b->uses.size(), 1U);
   EXPECT_TRUE(b->needs_slow_free.load());
   syncmem::test::device_sleep(user_, 50ms);
-  stream_pool& pool = pools_.pool_for(freeing_.view().native_handle());
-  ASSERT_TRUE(pending_.hold(b, freeing_.view().native_handle(), pool));
+  stream_pool& pool = pools_.pool_for(freeing_.view().handle());
+  ASSERT_TRUE(pending_.hold(b, freeing_.view().handle(), pool));
   EXPECT_FALSE(b->needs_slow_free.load());
   EXPECT_EQ(b->status, block_status::pending);
   EXPECT_EQ(pending_.bytes(), 4096U);
@@ -68,22 +68,22 @@ TEST_F(pending_frees_test, ABlockUsedElsewhereWaitsForThatStream) {
 
 TEST_F(pending_frees_test, AUseOnTheFreeingStreamItselfNeedsNoWait) {
   block* b = handed_out();
-  pending_.add_use(b, freeing_.view().native_handle());
-  stream_pool& pool = pools_.pool_for(freeing_.view().native_handle());
-  EXPECT_FALSE(pending_.hold(b, freeing_.view().native_handle(), pool));
+  pending_.add_use(b, freeing_.view().handle());
+  stream_pool& pool = pools_.pool_for(freeing_.view().handle());
+  EXPECT_FALSE(pending_.hold(b, freeing_.view().handle(), pool));
   EXPECT_TRUE(b->uses.empty());
   EXPECT_TRUE(pending_.empty());
 }
 
 TEST_F(pending_frees_test, ADestroyedUserStreamLeavesAnEventBehind) {
   block* b = handed_out();
-  pending_.add_use(b, user_.view().native_handle());
+  pending_.add_use(b, user_.view().handle());
   syncmem::test::device_sleep(user_, 50ms);
-  pending_.stream_gone(user_.view().native_handle());
+  pending_.stream_gone(user_.view().handle());
   EXPECT_TRUE(b->uses.empty());
   EXPECT_EQ(b->pending_uses, 1U);
-  stream_pool& pool = pools_.pool_for(freeing_.view().native_handle());
-  ASSERT_TRUE(pending_.hold(b, freeing_.view().native_handle(), pool)) << "the event recorded then still counts";
+  stream_pool& pool = pools_.pool_for(freeing_.view().handle());
+  ASSERT_TRUE(pending_.hold(b, freeing_.view().handle(), pool)) << "the event recorded then still counts";
   stream_pool& idle = pools_.idle();
   pending_.move_owner(pool, idle);
   EXPECT_EQ(b->owner, &idle);
@@ -97,18 +97,18 @@ TEST_F(pending_frees_test, ADestroyedUserStreamLeavesAnEventBehind) {
 // then has nothing left to wait for.
 TEST_F(pending_frees_test, AHandedOutBlockWaitsForItsFreeWhenItsUsesHavePassed) {
   block* b = handed_out();
-  pending_.add_use(b, user_.view().native_handle());
+  pending_.add_use(b, user_.view().handle());
   syncmem::test::device_sleep(user_, 5ms);
-  pending_.stream_gone(user_.view().native_handle());
+  pending_.stream_gone(user_.view().handle());
   EXPECT_FALSE(pending_.empty());
   pending_.synchronize();
   pending_.collect();
   EXPECT_TRUE(pending_.empty());
   EXPECT_EQ(b->status, block_status::allocated);
   EXPECT_EQ(pending_.bytes(), 0U);
-  stream_pool& pool = pools_.pool_for(freeing_.view().native_handle());
+  stream_pool& pool = pools_.pool_for(freeing_.view().handle());
   EXPECT_EQ(pool.small.bytes(), 0U);
-  EXPECT_FALSE(pending_.hold(b, freeing_.view().native_handle(), pool)) << "its one use has passed";
+  EXPECT_FALSE(pending_.hold(b, freeing_.view().handle(), pool)) << "its one use has passed";
 }
 
 }  // namespace

@@ -229,7 +229,7 @@ TYPED_TEST(StagingPacer, ABufferIsReusedOnlyAfterTheDmaThatReadIt) {
       {
         device_guard guard{dev};
         detail::backend_for(dev).memcpy_async(device + plan[c].offset, ring + (c % 3) * chunk, plan[c].bytes,
-                                              dev.index(), s.view().native_handle());
+                                              dev.index(), s.view().handle());
       }
       paced.dma_enqueued(j, c % 3);
       const bool reused = c + 3 < plan.size();

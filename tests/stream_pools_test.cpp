@@ -13,7 +13,7 @@ namespace {
 constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
-CUstream_st* fake_stream(std::uintptr_t n) { return reinterpret_cast<CUstream_st*>(n * 64); }
+stream_handle fake_stream(std::uintptr_t n) { return stream_handle{n * 64}; }
 
 // Segments at made-up addresses, each one free block of a pool.
 class stream_pools_test : public ::testing::Test {

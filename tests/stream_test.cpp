@@ -64,7 +64,7 @@ struct raw_pinned_buffer {
 
 void enqueue_copy(stream_view s, void* dst, const void* src, std::size_t n) {
   device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.native_handle());
+  detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.handle());
 }
 
 template <class Kind>
@@ -160,18 +160,18 @@ TYPED_TEST(Streams, DestroyingAStreamWaitsForItsWorkAndEndsItsLiveness) {
 TYPED_TEST(Streams, AnIdentityTellsANewStreamFromADestroyedOneWithItsHandle) {
   detail::stream_identity id;
   EXPECT_FALSE(id.usable());
-  CUstream_st* dead = nullptr;
+  stream_handle dead{};
   {
     stream a{this->dev()};
     id.remember(a);
     EXPECT_TRUE(id.usable());
     EXPECT_TRUE(id.is(a));
     EXPECT_EQ(id.view(), a.view());
-    dead = a.view().native_handle();
+    dead = a.view().handle();
   }
   EXPECT_FALSE(id.usable());
   stream b{this->dev()};
-  EXPECT_FALSE(id.is(b)) << (b.view().native_handle() == dead ? "b got a's handle" : "b got a new handle");
+  EXPECT_FALSE(id.is(b)) << (b.view().handle() == dead ? "b got a's handle" : "b got a new handle");
   id.remember(b);
   EXPECT_TRUE(id.is(b));
   EXPECT_FALSE(id.is(default_stream(this->dev())));

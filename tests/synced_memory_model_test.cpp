@@ -186,7 +186,7 @@ class lender {
                                    device_guard g{device_};
                                    auto& backend = detail::backend_for(device_);
                                    const auto s = default_stream(device_);
-                                   backend.memset_async(q, 0xEE, bytes, device_.index(), s.native_handle());
+                                   backend.memset_async(q, 0xEE, bytes, device_.index(), s.handle());
                                    s.synchronize();
                                    quarantine([this, q, bytes] {
                                      device_guard g2{device_};
@@ -209,7 +209,7 @@ class lender {
 void write_device(stream_view s, void* p, const std::uint8_t* src, std::size_t n) {
   if (n == 0) return;
   device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(p, src, n, s.device().index(), s.native_handle());
+  detail::backend_for(s.device()).memcpy_async(p, src, n, s.device().index(), s.handle());
   s.synchronize();
 }
 

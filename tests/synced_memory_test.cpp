@@ -63,7 +63,7 @@ class lent_device_memory {
     device_guard guard{device};
     auto& backend = detail::backend_for(device);
     p_ = backend.allocate(device.index(), bytes_);
-    backend.memcpy_async(p_, contents.data(), bytes_, device.index(), default_stream(device).native_handle());
+    backend.memcpy_async(p_, contents.data(), bytes_, device.index(), default_stream(device).handle());
     default_stream(device).synchronize();
   }
   ~lent_device_memory() {
@@ -80,7 +80,7 @@ class lent_device_memory {
     return std::shared_ptr<void>{p_, [device = device_, n = bytes_, released = released_](void* p) {
                                    device_guard guard{device};
                                    detail::backend_for(device).memset_async(p, 0xEE, n, device.index(),
-                                                                            default_stream(device).native_handle());
+                                                                            default_stream(device).handle());
                                    default_stream(device).synchronize();
                                    released->store(true);
                                  }};
@@ -321,14 +321,14 @@ TYPED_TEST(SyncedMemory, AStreamWithADestroyedStreamsHandleIsOrdered) {
   for (int reader = 0; reader < 2; ++reader) {
     const auto seed = test::fresh_seed();
     synced_memory m{n, this->dev(), {.label = "reused-handle"}};
-    CUstream_st* dead = nullptr;
+    stream_handle dead{};
     {
       stream a{this->dev()};
       (void)m.mutable_device_data(a);
-      dead = a.view().native_handle();
+      dead = a.view().handle();
     }
     stream b{this->dev()};  // on emulated devices it usually gets a's handle
-    if (b.view().native_handle() == dead) ::testing::Test::RecordProperty("handle_reused", "yes");
+    if (b.view().handle() == dead) ::testing::Test::RecordProperty("handle_reused", "yes");
     void* d = m.mutable_device_data(b);
     test::stream_latch hold{b};
     test::device_fill_pattern(b, d, n, seed);
@@ -610,7 +610,7 @@ TYPED_TEST(SyncedMemory, CaffeHostWriteRightAfterAsyncPushDoesNotRace) {
   device_guard guard{this->dev()};
   auto& backend = detail::backend_for(this->dev());
   void* snapshot = backend.allocate(this->dev().index(), n);
-  backend.memcpy_async(snapshot, m.device_data(s), n, this->dev().index(), s.view().native_handle());
+  backend.memcpy_async(snapshot, m.device_data(s), n, this->dev().index(), s.view().handle());
   while_held(hold, [&] { std::memcpy(m.mutable_host_data(), pattern(new_seed, n).data(), n); });  // waits for the push
   EXPECT_EQ(read_device(s, snapshot, n), pattern(old_seed, n));
   EXPECT_EQ(read_device(s, m.device_data(s), n), pattern(new_seed, n));
@@ -641,7 +641,7 @@ TYPED_TEST(SyncedMemory, AHostWriteAfterASmallDeviceAccessWaitsForNothingQueued)
     device_guard guard{this->dev()};
     auto& backend = detail::backend_for(this->dev());
     void* snapshot = backend.allocate(this->dev().index(), n);
-    backend.memcpy_async(snapshot, d, n, this->dev().index(), s.view().native_handle());
+    backend.memcpy_async(snapshot, d, n, this->dev().index(), s.view().handle());
     EXPECT_EQ(m.ready(), read_at_return) << "whether a copy still reads the host side";
     std::atomic<bool> released{false};
     auto writer = std::async(std::launch::async, [&] {

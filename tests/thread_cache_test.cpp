@@ -7,7 +7,7 @@
 namespace syncmem::mr::detail::caching {
 namespace {
 
-CUstream_st* fake_stream(std::uintptr_t n) { return reinterpret_cast<CUstream_st*>(n * 64); }
+stream_handle fake_stream(std::uintptr_t n) { return stream_handle{n * 64}; }
 
 class thread_cache_test : public ::testing::Test {
  protected:

@@ -14,7 +14,7 @@
 namespace syncmem::mr::detail::caching {
 namespace {
 
-CUstream_st* fake_stream(std::uintptr_t n) { return reinterpret_cast<CUstream_st*>(n * 64); }
+stream_handle fake_stream(std::uintptr_t n) { return stream_handle{n * 64}; }
 
 // Resource ids of their own, apart from those of real resources.
 std::uint64_t fresh_id() {
@@ -31,7 +31,7 @@ class thread_caches_test : public ::testing::Test {
   block_store store_;
 
   // Puts a block into `tc`'s bin for (s, 4096).
-  block* cache_one(thread_cache& tc, CUstream_st* s) {
+  block* cache_one(thread_cache& tc, stream_handle s) {
     bool cacheable = false;
     (void)tc.take(s, 4096, cacheable);
     (void)tc.take(s, 4096, cacheable);

@@ -44,7 +44,7 @@ TEST(TrackingAdaptor, ListsLiveAllocationsWithTheirLabels) {
   EXPECT_EQ(live[0].pointer, a);
   EXPECT_EQ(live[0].bytes, 1000U);
   EXPECT_EQ(live[0].label, "weights");
-  EXPECT_EQ(live[0].stream, reinterpret_cast<std::uintptr_t>(s.view().native_handle()));
+  EXPECT_EQ(live[0].stream, static_cast<std::uintptr_t>(s.view().handle()));
   EXPECT_EQ(live[1].alignment, 128U);
   EXPECT_EQ(live[2].label, "");
   EXPECT_LT(live[0].sequence, live[1].sequence);

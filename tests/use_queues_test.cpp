@@ -60,7 +60,7 @@ class UseQueues : public device_test<Kind> {
   void add(stream_view s, test_block& b, std::optional<stream_key> key = std::nullopt) {
     event e{s.device()};
     e.record(s);
-    uses_.add(key.value_or(stream_key{s.device(), s.native_handle()}), std::move(e), &b);
+    uses_.add(key.value_or(stream_key{s.device(), s.handle()}), std::move(e), &b);
   }
 
   // The ids of the blocks a poll finds ready, in the order it finds them.
@@ -160,7 +160,7 @@ TYPED_TEST(UseQueues, NoShortcutWhereAKeyNamesMoreThanOneStream) {
   stream busy{this->dev()};
   stream done{this->dev()};
   const stream_key per_thread{this->dev(), syncmem::detail::cuda_per_thread_stream()};
-  const stream_key reused{this->dev(), busy.view().native_handle()};
+  const stream_key reused{this->dev(), busy.view().handle()};
   test_block blocks[4] = {{0}, {1}, {2}, {3}};
   stream_latch hold{busy};
   this->add(busy, blocks[0], per_thread);

@@ -48,7 +48,7 @@ double microseconds_since(clock_type::time_point t0) {
 
 void dma(void* dst, const void* src, std::size_t bytes, stream_view s) {
   device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(dst, src, bytes, s.device().index(), s.native_handle());
+  detail::backend_for(s.device()).memcpy_async(dst, src, bytes, s.device().index(), s.handle());
 }
 
 std::size_t arg(int argc, char** argv, int i, std::size_t fallback) {

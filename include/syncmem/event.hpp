@@ -3,6 +3,8 @@
 /// @file event.hpp
 /// @brief Events: markers in a stream's work, to wait for or order against.
 
+#include <cstdint>
+
 #include "syncmem/device_id.hpp"
 
 struct CUevent_st;
@@ -10,6 +12,10 @@ struct CUevent_st;
 namespace syncmem {
 
 class stream_view;
+
+/// @brief An event as its backend knows it, opaque to everyone else: the value
+/// of a `cudaEvent_t` on a CUDA device, an emulated event on an emulated one.
+enum class event_handle : std::uintptr_t {};
 
 /// @brief How an event is made.
 struct event_options {
@@ -45,8 +51,14 @@ class event {
   void synchronize() const;
 
   [[nodiscard]] device_id device() const noexcept { return device_; }
-  /// @brief The native handle: a `cudaEvent_t` for CUDA; opaque otherwise.
-  [[nodiscard]] CUevent_st* native_handle() const;
+  /// @brief The backend's handle of the event.
+  /// @throws syncmem::logic_error on a moved-from event.
+  [[nodiscard]] event_handle handle() const;
+  /// @brief The handle as a `cudaEvent_t`, for CUDA code; meaningless for an
+  /// event of another kind of device.
+  [[nodiscard]] CUevent_st* native_handle() const {
+    return reinterpret_cast<CUevent_st*>(static_cast<std::uintptr_t>(handle()));  // NOLINT(performance-no-int-to-ptr)
+  }
 
   /// @brief Milliseconds between two completed records of timing events.
   /// @throws syncmem::logic_error unless both were made with timing on.
@@ -56,7 +68,7 @@ class event {
   void reset() noexcept;
 
   device_id device_;
-  CUevent_st* handle_ = nullptr;
+  event_handle handle_{};
   bool timing_ = false;
 };
 

@@ -6,11 +6,12 @@
 ///
 /// A stream belongs to one device. Work on one stream runs in the order it was
 /// enqueued; work on different streams is unordered unless ordered by events.
-/// CUDA handles are held as the forward-declared `CUstream_st*`, so no CUDA
-/// header is needed; include/syncmem/cuda/interop.hpp converts to and from
-/// `cudaStream_t`.
+/// A stream is held as an opaque `stream_handle`, which only its device's
+/// backend reads, so no CUDA header is needed; include/syncmem/cuda/interop.hpp
+/// converts to and from `cudaStream_t`.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -28,6 +29,12 @@ class stream_view;
 namespace detail {
 struct stream_access;
 }
+
+/// @brief A stream as its backend knows it, opaque to everyone else: the value
+/// of a `cudaStream_t` on a CUDA device (0 is the legacy default stream), an
+/// emulated stream on an emulated device. Comparable and hashable, so that
+/// code can tell streams apart without knowing their backend.
+enum class stream_handle : std::uintptr_t {};
 
 /// @brief The default stream of a device: the legacy default stream (handle
 /// 0) for a CUDA device, so that work launched without a stream is ordered
@@ -51,9 +58,13 @@ class stream_view {
 
   /// @brief The device the stream belongs to.
   [[nodiscard]] device_id device() const noexcept { return device_; }
-  /// @brief The native handle: a `cudaStream_t` for CUDA (nullptr is the
-  /// legacy default stream); opaque for emulated devices.
-  [[nodiscard]] CUstream_st* native_handle() const noexcept { return handle_; }
+  /// @brief The backend's handle of the stream.
+  [[nodiscard]] stream_handle handle() const noexcept { return handle_; }
+  /// @brief The handle as a `cudaStream_t` (nullptr is the legacy default
+  /// stream), for CUDA code; meaningless for a stream of another kind of device.
+  [[nodiscard]] CUstream_st* native_handle() const noexcept {
+    return reinterpret_cast<CUstream_st*>(static_cast<std::uintptr_t>(handle_));  // NOLINT(performance-no-int-to-ptr)
+  }
   /// @brief Whether this is default_stream(device()).
   [[nodiscard]] bool is_default() const;
 
@@ -78,10 +89,10 @@ class stream_view {
  private:
   friend class stream;
   friend struct detail::stream_access;
-  constexpr stream_view(device_id device, CUstream_st* handle) noexcept : device_{device}, handle_{handle} {}
+  constexpr stream_view(device_id device, stream_handle handle) noexcept : device_{device}, handle_{handle} {}
 
   device_id device_;
-  CUstream_st* handle_;
+  stream_handle handle_;
 };
 
 /// @brief How a stream is made.
@@ -133,7 +144,7 @@ class stream {
   [[noreturn]] static void throw_moved_from();
 
   device_id device_;
-  CUstream_st* handle_ = nullptr;
+  stream_handle handle_{};
   std::shared_ptr<void> alive_;  // expires when the stream is destroyed (see detail::stream_liveness)
   bool valid_ = false;
 };
@@ -146,7 +157,7 @@ namespace detail {
 [[nodiscard]] std::weak_ptr<void> stream_liveness(stream_view s);
 /// @brief For syncmem's own code: a view of a raw handle of a known device.
 struct stream_access {
-  static constexpr stream_view make(device_id device, CUstream_st* handle) noexcept { return {device, handle}; }
+  static constexpr stream_view make(device_id device, stream_handle handle) noexcept { return {device, handle}; }
 };
 
 /// @brief For syncmem's own code: a stream remembered past a call (the stream
@@ -165,7 +176,7 @@ class stream_identity {
   void forget() noexcept;
   /// @brief Whether `s` is the stream remembered, alive, not merely a stream with its handle.
   [[nodiscard]] bool is(stream_view s) const noexcept {
-    return usable() && handle_ == s.native_handle() && device_ == s.device();
+    return usable() && handle_ == s.handle() && device_ == s.device();
   }
   /// @brief Whether a stream is remembered and may still be used (a destroyed
   /// syncmem::stream may not: its work finished before it went).
@@ -175,7 +186,7 @@ class stream_identity {
 
  private:
   device_id device_ = device_id::cuda(0);
-  CUstream_st* handle_ = nullptr;
+  stream_handle handle_{};
   bool known_ = false;
   bool owned_ = false;  // a syncmem::stream, whose token expires when it is destroyed
   std::weak_ptr<void> token_;

@@ -8,11 +8,12 @@
 
 namespace syncmem::detail {
 
-bool backend::memcpy_batch_async(void* const*, const void* const*, const std::size_t*, std::size_t, int, CUstream_st*) {
+bool backend::memcpy_batch_async(void* const*, const void* const*, const std::size_t*, std::size_t, int,
+                                 stream_handle) {
   return false;
 }
 
-bool backend::copy_kernel_batch(void* const*, const void* const*, const std::size_t*, std::size_t, int, CUstream_st*) {
+bool backend::copy_kernel_batch(void* const*, const void* const*, const std::size_t*, std::size_t, int, stream_handle) {
   return false;
 }
 

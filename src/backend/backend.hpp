@@ -16,7 +16,10 @@
 //   1. Required: derive from `backend` and implement every pure virtual below
 //      (devices, device memory, pinned and registered host memory, streams,
 //      copies, events, pointer_info, peer access, kind() and traits()), and
-//      detail::device_kernels (backend/kernels.hpp) for its kernels.
+//      detail::device_kernels (backend/kernels.hpp) for its kernels. Its
+//      streams, events, pools and graphs travel as opaque handles
+//      (stream_handle, event_handle, backend/handles.hpp) that it converts to
+//      its own objects and back (handle_of, pointer_of).
 //   2. Optional: implement pool_capability, vmm_capability or
 //      graph_capability (one class and source each, as src/backend/emulated
 //      does) and return it from the accessor; the batched copies, the copy
@@ -41,9 +44,6 @@
 #include "syncmem/device.hpp"
 #include "syncmem/device_id.hpp"
 #include "syncmem/memory_kind.hpp"
-
-struct CUstream_st;
-struct CUevent_st;
 
 namespace syncmem::detail {
 
@@ -115,14 +115,14 @@ class backend {
   // Streams. default_stream is the handle default_stream(device) uses.
   // launch_host_func refuses a capturing stream (graphs()->capture_host_func
   // records a function into a graph instead).
-  [[nodiscard]] virtual CUstream_st* create_stream(int index, bool non_blocking, int priority) = 0;
-  virtual void destroy_stream(int index, CUstream_st* s) noexcept = 0;
-  [[nodiscard]] virtual CUstream_st* default_stream(int index) = 0;
-  virtual void synchronize_stream(int index, CUstream_st* s) = 0;
-  [[nodiscard]] virtual bool stream_ready(int index, CUstream_st* s) = 0;
-  virtual void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) = 0;
-  virtual void memcpy_async(void* dst, const void* src, std::size_t bytes, int index, CUstream_st* s) = 0;
-  virtual void memset_async(void* dst, int value, std::size_t bytes, int index, CUstream_st* s) = 0;
+  [[nodiscard]] virtual stream_handle create_stream(int index, bool non_blocking, int priority) = 0;
+  virtual void destroy_stream(int index, stream_handle s) noexcept = 0;
+  [[nodiscard]] virtual stream_handle default_stream(int index) = 0;
+  virtual void synchronize_stream(int index, stream_handle s) = 0;
+  [[nodiscard]] virtual bool stream_ready(int index, stream_handle s) = 0;
+  virtual void launch_host_func(int index, stream_handle s, host_func fn, void* user_data) = 0;
+  virtual void memcpy_async(void* dst, const void* src, std::size_t bytes, int index, stream_handle s) = 0;
+  virtual void memset_async(void* dst, int value, std::size_t bytes, int index, stream_handle s) = 0;
   // Copies `count` ranges (none empty, none overlapping another's destination)
   // in order on `s`, in one submission where the device can
   // (cudaMemcpyBatchAsync, CUDA >= 12.8, each source read in stream order);
@@ -130,7 +130,7 @@ class backend {
   // or driver, the legacy default stream, a stream being captured. The caller
   // then copies the ranges one by one. The base class always says false.
   [[nodiscard]] virtual bool memcpy_batch_async(void* const* dsts, const void* const* srcs, const std::size_t* sizes,
-                                                std::size_t count, int index, CUstream_st* s);
+                                                std::size_t count, int index, stream_handle s);
   // Copies `count` ranges in order on `s` with a copy kernel (a launch per few
   // hundred ranges) instead of the copy engines: many small copies cost a
   // launch rather than a DMA each. Every pointer is memory the device
@@ -140,10 +140,10 @@ class backend {
   // kernel or the device cannot address registered host memory by its host
   // pointer. The base class always says false.
   [[nodiscard]] virtual bool copy_kernel_batch(void* const* dsts, const void* const* srcs, const std::size_t* sizes,
-                                               std::size_t count, int index, CUstream_st* s);
+                                               std::size_t count, int index, stream_handle s);
   // Whether `s` is being captured into a graph: graphs()->stream_capturing,
   // false where the backend cannot capture.
-  [[nodiscard]] bool stream_capturing(int index, CUstream_st* s) {
+  [[nodiscard]] bool stream_capturing(int index, stream_handle s) {
     graph_capability* const g = graphs();
     return g != nullptr && g->stream_capturing(index, s);
   }
@@ -156,13 +156,13 @@ class backend {
   [[nodiscard]] virtual bool pageable_uploads_read_at_return(int index);
 
   // Events.
-  [[nodiscard]] virtual CUevent_st* create_event(int index, bool timing, bool blocking_sync) = 0;
-  virtual void destroy_event(int index, CUevent_st* e) noexcept = 0;
-  virtual void record_event(int index, CUevent_st* e, CUstream_st* s) = 0;
-  [[nodiscard]] virtual bool event_ready(int index, CUevent_st* e) = 0;
-  virtual void synchronize_event(int index, CUevent_st* e) = 0;
-  virtual void stream_wait_event(int index, CUstream_st* s, CUevent_st* e) = 0;
-  [[nodiscard]] virtual float elapsed_ms(int index, CUevent_st* start, CUevent_st* end) = 0;
+  [[nodiscard]] virtual event_handle create_event(int index, bool timing, bool blocking_sync) = 0;
+  virtual void destroy_event(int index, event_handle e) noexcept = 0;
+  virtual void record_event(int index, event_handle e, stream_handle s) = 0;
+  [[nodiscard]] virtual bool event_ready(int index, event_handle e) = 0;
+  virtual void synchronize_event(int index, event_handle e) = 0;
+  virtual void stream_wait_event(int index, stream_handle s, event_handle e) = 0;
+  [[nodiscard]] virtual float elapsed_ms(int index, event_handle start, event_handle end) = 0;
 
   // What this backend knows of a pointer; nullopt when it is not its memory.
   [[nodiscard]] virtual std::optional<pointer_attributes> pointer_info(const void* p) = 0;

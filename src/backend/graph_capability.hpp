@@ -5,8 +5,6 @@
 
 #include "backend/handles.hpp"
 
-struct CUstream_st;
-
 namespace syncmem::detail {
 
 using host_func = void (*)(void*);
@@ -27,16 +25,16 @@ class graph_capability {
   virtual ~graph_capability() = default;
 
   // Whether `s` is being captured into a graph (cudaStreamIsCapturing).
-  [[nodiscard]] virtual bool stream_capturing(int index, CUstream_st* s) = 0;
-  virtual void begin_capture(int index, CUstream_st* s) = 0;
-  [[nodiscard]] virtual graph_handle end_capture(int index, CUstream_st* s) = 0;
-  virtual void launch_graph(int index, graph_handle graph, CUstream_st* s) = 0;
+  [[nodiscard]] virtual bool stream_capturing(int index, stream_handle s) = 0;
+  virtual void begin_capture(int index, stream_handle s) = 0;
+  [[nodiscard]] virtual graph_handle end_capture(int index, stream_handle s) = 0;
+  virtual void launch_graph(int index, graph_handle graph, stream_handle s) = 0;
   virtual void destroy_graph(int index, graph_handle graph) noexcept = 0;
-  virtual void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) = 0;
+  virtual void capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) = 0;
   // The number of the capture `s` takes part in (CUDA's capture sequence id,
   // the same for every stream a capture has forked to), or 0 when `s` is not
   // being captured or the backend cannot fork captures.
-  [[nodiscard]] virtual unsigned long long capture_sequence(int index, CUstream_st* s) = 0;
+  [[nodiscard]] virtual unsigned long long capture_sequence(int index, stream_handle s) = 0;
 };
 
 }  // namespace syncmem::detail

@@ -2,10 +2,15 @@
 
 // Opaque handles to what a backend makes and only it can read: each kind of
 // object has a type of its own, so that a pool cannot be passed where a graph
-// is expected, and no backend's object is mistaken for a CUDA type.
+// is expected, and no backend's object is mistaken for a CUDA type. Streams and
+// events have theirs in the public headers (stream_handle, event_handle),
+// since stream_view and event hold them.
 
 #include <cstdint>
 #include <type_traits>
+
+#include "syncmem/event.hpp"
+#include "syncmem/stream.hpp"
 
 namespace syncmem::detail {
 

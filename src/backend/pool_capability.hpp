@@ -7,8 +7,6 @@
 
 #include "backend/handles.hpp"
 
-struct CUstream_st;
-
 namespace syncmem::detail {
 
 // What a stream-ordered memory pool holds: bytes reserved from the device and
@@ -35,8 +33,8 @@ class pool_capability {
   [[nodiscard]] virtual bool supported(int index) = 0;
   [[nodiscard]] virtual pool_handle create(int index, std::size_t release_threshold) = 0;
   virtual void destroy(int index, pool_handle pool) noexcept = 0;
-  [[nodiscard]] virtual void* allocate(int index, pool_handle pool, std::size_t bytes, CUstream_st* s) = 0;
-  virtual void deallocate(int index, pool_handle pool, void* p, CUstream_st* s) noexcept = 0;
+  [[nodiscard]] virtual void* allocate(int index, pool_handle pool, std::size_t bytes, stream_handle s) = 0;
+  virtual void deallocate(int index, pool_handle pool, void* p, stream_handle s) noexcept = 0;
   // Releases cached memory of the pool until it holds at most keep_bytes.
   virtual void trim(int index, pool_handle pool, std::size_t keep_bytes) = 0;
   [[nodiscard]] virtual memory_pool_usage usage(int index, pool_handle pool) = 0;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/handles.hpp"
 #include "syncmem/compat/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
@@ -69,7 +70,7 @@ void SyncedMemory::async_gpu_push(CUstream_st* const& stream) {
                   fmt::format("SyncedMemory::async_gpu_push: a cudaStream_t was given for memory of {}; pass a "
                               "syncmem::stream_view",
                               to_string(device)));
-  async_gpu_push(detail::stream_access::make(device, stream));
+  async_gpu_push(detail::stream_access::make(device, detail::handle_of<stream_handle>(stream)));
 }
 
 // ---------------------------------------------------------------------------

@@ -54,7 +54,7 @@ void* make_array(const void* x, std::size_t bytes, const char* what) {
     if (x != nullptr) {
       copy(p, x, bytes, s);
     } else {
-      syncmem::detail::backend_for(device).memset_async(p, 0, bytes, device.index(), s.native_handle());
+      syncmem::detail::backend_for(device).memset_async(p, 0, bytes, device.index(), s.handle());
       s.synchronize();
     }
   } catch (...) {

@@ -74,7 +74,7 @@ void* MixMemory::gpu(size_t size) {
   device_guard guard{device};
   auto s = default_stream(device);
   void* fresh = mr::get_per_device_resource(device).allocate(size, s);
-  syncmem::detail::backend_for(device).memset_async(fresh, 0, size, device.index(), s.native_handle());
+  syncmem::detail::backend_for(device).memset_async(fresh, 0, size, device.index(), s.handle());
   s.synchronize();  // like cudaMemset: zeros before the caller touches it
   release_gpu();
   gpu_ = fresh;

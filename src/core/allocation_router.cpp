@@ -16,11 +16,9 @@ namespace syncmem::detail {
 
 namespace {
 
-using stream_key = std::tuple<int, int, const void*>;  // device kind, index, native handle
+using stream_key = std::tuple<int, int, stream_handle>;  // device kind, index, handle
 
-stream_key key_of(stream_view s) {
-  return {static_cast<int>(s.device().kind()), s.device().index(), s.native_handle()};
-}
+stream_key key_of(stream_view s) { return {static_cast<int>(s.device().kind()), s.device().index(), s.handle()}; }
 
 struct route {
   enum class which : std::uint8_t {
@@ -63,7 +61,7 @@ std::atomic<int> filtered_pool_routes{0};
 unsigned long long sequence_of(stream_view s) {
   device_guard guard{s.device()};
   graph_capability* const graphs = backend_for(s.device()).graphs();
-  return graphs == nullptr ? 0 : graphs->capture_sequence(s.device().index(), s.native_handle());
+  return graphs == nullptr ? 0 : graphs->capture_sequence(s.device().index(), s.handle());
 }
 
 std::uint64_t add(registry& r, route x) {
@@ -158,7 +156,7 @@ std::optional<capture_info> capture_on(stream_view s) {
   }
   // Asked outside the lock: a filter may call into the driver, or back into syncmem.
   for (const auto& x : filtered) {
-    if (x->covers(s.native_handle())) return x->capture;
+    if (x->covers(s.handle())) return x->capture;
   }
   // A stream that a capture has forked to.
   const unsigned long long sequence = sequence_of(s);
@@ -261,7 +259,7 @@ std::optional<route_match> find_route(stream_view s) {
   }
   // Filters are asked outside the lock, as capture_on's.
   for (const auto& x : candidates) {
-    if (x->kind == route::which::thread || x->covers(s.native_handle())) {
+    if (x->kind == route::which::thread || x->covers(s.handle())) {
       return route_match{std::nullopt, x->pool, x->on_oom_only};
     }
   }

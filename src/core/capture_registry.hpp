@@ -65,7 +65,7 @@ std::shared_ptr<graph_pool_state> capture_ended(stream_view s) noexcept;
 // registered before its streams capture, it covers the streams of `device`
 // that `covers` accepts (a native stream handle), from then until
 // external_capture_ended. Returns a token for external_capture_ended.
-using stream_filter = std::function<bool(CUstream_st*)>;
+using stream_filter = std::function<bool(stream_handle)>;
 [[nodiscard]] std::uint64_t external_capture_began(device_id device, std::shared_ptr<graph_pool_state> pool,
                                                    stream_filter covers);
 void external_capture_ended(std::uint64_t token) noexcept;

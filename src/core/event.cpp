@@ -23,20 +23,20 @@ event::event() : event{current_device()} {}
 event::~event() { reset(); }
 
 event::event(event&& other) noexcept
-    : device_{other.device_}, handle_{std::exchange(other.handle_, nullptr)}, timing_{other.timing_} {}
+    : device_{other.device_}, handle_{std::exchange(other.handle_, event_handle{})}, timing_{other.timing_} {}
 
 event& event::operator=(event&& other) noexcept {
   if (this != &other) {
     reset();
     device_ = other.device_;
-    handle_ = std::exchange(other.handle_, nullptr);
+    handle_ = std::exchange(other.handle_, event_handle{});
     timing_ = other.timing_;
   }
   return *this;
 }
 
 void event::reset() noexcept {
-  if (handle_ == nullptr) return;
+  if (handle_ == event_handle{}) return;
   try {
     device_guard guard{device_};
     detail::backend_for(device_).destroy_event(device_.index(), handle_);
@@ -44,11 +44,11 @@ void event::reset() noexcept {
     // the device is gone; nothing to release
     detail::log_ignored("destroying an event");
   }
-  handle_ = nullptr;
+  handle_ = event_handle{};
 }
 
-CUevent_st* event::native_handle() const {
-  SYNCMEM_EXPECTS(handle_ != nullptr, "use of a moved-from syncmem::event");
+event_handle event::handle() const {
+  SYNCMEM_EXPECTS(handle_ != event_handle{}, "use of a moved-from syncmem::event");
   return handle_;
 }
 
@@ -57,17 +57,17 @@ void event::record(stream_view s) {
                   fmt::format("an event of {} cannot be recorded on a stream of {}: both must belong to one device",
                               to_string(device_), to_string(s.device())));
   device_guard guard{device_};
-  detail::backend_for(device_).record_event(device_.index(), native_handle(), s.native_handle());
+  detail::backend_for(device_).record_event(device_.index(), handle(), s.handle());
 }
 
 bool event::ready() const {
   device_guard guard{device_};
-  return detail::backend_for(device_).event_ready(device_.index(), native_handle());
+  return detail::backend_for(device_).event_ready(device_.index(), handle());
 }
 
 void event::synchronize() const {
   device_guard guard{device_};
-  detail::backend_for(device_).synchronize_event(device_.index(), native_handle());
+  detail::backend_for(device_).synchronize_event(device_.index(), handle());
 }
 
 float event::elapsed_ms(const event& start, const event& end) {
@@ -75,8 +75,7 @@ float event::elapsed_ms(const event& start, const event& end) {
   SYNCMEM_EXPECTS(start.device_ == end.device_, fmt::format("elapsed_ms: events of two devices ({} and {})",
                                                             to_string(start.device_), to_string(end.device_)));
   device_guard guard{start.device_};
-  return detail::backend_for(start.device_)
-      .elapsed_ms(start.device_.index(), start.native_handle(), end.native_handle());
+  return detail::backend_for(start.device_).elapsed_ms(start.device_.index(), start.handle(), end.handle());
 }
 
 }  // namespace syncmem

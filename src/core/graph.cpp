@@ -22,29 +22,29 @@ void begin_capture(stream_view s, const graph_pool& pool) {
                               to_string(s.device())));
   device_guard guard{s.device()};
   auto& backend = detail::backend_for(s.device());
-  SYNCMEM_EXPECTS(!backend.stream_capturing(s.device().index(), s.native_handle()),
+  SYNCMEM_EXPECTS(!backend.stream_capturing(s.device().index(), s.handle()),
                   fmt::format("begin_capture: the stream of {} is already being captured", to_string(s.device())));
-  detail::require_graphs(backend, "begin_capture").begin_capture(s.device().index(), s.native_handle());
+  detail::require_graphs(backend, "begin_capture").begin_capture(s.device().index(), s.handle());
   detail::capture_began(s, detail::graph_pool_access::state(pool));
 }
 
 graph end_capture(stream_view s) {
   device_guard guard{s.device()};
   auto& backend = detail::backend_for(s.device());
-  SYNCMEM_EXPECTS(backend.stream_capturing(s.device().index(), s.native_handle()),
+  SYNCMEM_EXPECTS(backend.stream_capturing(s.device().index(), s.handle()),
                   fmt::format("end_capture: the stream of {} is not being captured (begin_capture was not called on "
                               "it, or its capture has ended)",
                               to_string(s.device())));
   // The capture is over even when ending it throws (invalidated); its pool
   // then goes with what it reserved, unless other graphs or handles hold it.
   auto pool = detail::capture_ended(s);
-  const auto handle = detail::require_graphs(backend, "end_capture").end_capture(s.device().index(), s.native_handle());
+  const auto handle = detail::require_graphs(backend, "end_capture").end_capture(s.device().index(), s.handle());
   return graph{s.device(), detail::pointer_of<void*>(handle), std::move(pool)};
 }
 
 bool is_capturing(stream_view s) {
   device_guard guard{s.device()};
-  return detail::backend_for(s.device()).stream_capturing(s.device().index(), s.native_handle());
+  return detail::backend_for(s.device()).stream_capturing(s.device().index(), s.handle());
 }
 
 graph::~graph() { reset(); }
@@ -76,12 +76,12 @@ void graph::launch(stream_view s) const {
   device_guard guard{device_};
   auto& backend = detail::backend_for(device_);
   // Not yet: CUDA's support for a launch inside a capture is not verified, and both kinds must agree.
-  SYNCMEM_EXPECTS(!backend.stream_capturing(device_.index(), s.native_handle()),
+  SYNCMEM_EXPECTS(!backend.stream_capturing(device_.index(), s.handle()),
                   fmt::format("graph::launch: the stream of {} is being captured; launching a graph inside a capture "
                               "is not supported",
                               to_string(device_)));
   detail::require_graphs(backend, "launch_graph")
-      .launch_graph(device_.index(), detail::handle_of<detail::graph_handle>(handle_), s.native_handle());
+      .launch_graph(device_.index(), detail::handle_of<detail::graph_handle>(handle_), s.handle());
 }
 
 void graph::reset() noexcept {

@@ -24,7 +24,7 @@ namespace {
 // Liveness tokens of the streams syncmem owns, by handle.
 struct liveness_registry {
   std::mutex mutex;
-  std::unordered_map<CUstream_st*, std::weak_ptr<void>> tokens;
+  std::unordered_map<stream_handle, std::weak_ptr<void>> tokens;
 };
 
 liveness_registry& registry() {
@@ -34,7 +34,7 @@ liveness_registry& registry() {
 
 // A stream destroyed while captured: ends the capture and drops its graph,
 // since neither a synchronize nor cudaStreamDestroy may meet an open capture.
-void abandon_capture(device_id device, CUstream_st* handle) noexcept {
+void abandon_capture(device_id device, stream_handle handle) noexcept {
   try {
     device_guard guard{device};
     auto& backend = detail::backend_for(device);
@@ -57,13 +57,13 @@ void abandon_capture(device_id device, CUstream_st* handle) noexcept {
 std::weak_ptr<void> detail::stream_liveness(stream_view s) {
   auto& r = registry();
   std::lock_guard lock{r.mutex};
-  auto it = r.tokens.find(s.native_handle());
+  auto it = r.tokens.find(s.handle());
   return it == r.tokens.end() ? std::weak_ptr<void>{} : it->second;
 }
 
 void detail::stream_identity::remember(stream_view s) {
   device_ = s.device();
-  handle_ = s.native_handle();
+  handle_ = s.handle();
   token_ = stream_liveness(s);
   owned_ = !token_.expired();
   known_ = true;
@@ -72,7 +72,7 @@ void detail::stream_identity::remember(stream_view s) {
 void detail::stream_identity::forget() noexcept {
   known_ = false;
   owned_ = false;
-  handle_ = nullptr;
+  handle_ = stream_handle{};
   token_.reset();
 }
 
@@ -100,7 +100,7 @@ void stream_view::wait(const event& e) const {
                   fmt::format("a stream of {} cannot wait on an event of {}: both must belong to one device",
                               to_string(device_), to_string(e.device())));
   device_guard guard{device_};
-  detail::backend_for(device_).stream_wait_event(device_.index(), handle_, e.native_handle());
+  detail::backend_for(device_).stream_wait_event(device_.index(), handle_, e.handle());
 }
 
 void stream_view::launch_host_func(std::function<void()> fn) const {
@@ -140,7 +140,7 @@ stream::~stream() { reset(); }
 
 stream::stream(stream&& other) noexcept
     : device_{other.device_},
-      handle_{std::exchange(other.handle_, nullptr)},
+      handle_{std::exchange(other.handle_, stream_handle{})},
       alive_{std::move(other.alive_)},
       valid_{std::exchange(other.valid_, false)} {}
 
@@ -148,7 +148,7 @@ stream& stream::operator=(stream&& other) noexcept {
   if (this != &other) {
     reset();
     device_ = other.device_;
-    handle_ = std::exchange(other.handle_, nullptr);
+    handle_ = std::exchange(other.handle_, stream_handle{});
     alive_ = std::move(other.alive_);
     valid_ = std::exchange(other.valid_, false);
   }
@@ -180,7 +180,7 @@ void stream::reset() noexcept {
     // the device is gone; nothing to release
     detail::log_ignored("destroying a stream");
   }
-  handle_ = nullptr;
+  handle_ = stream_handle{};
 }
 
 void stream::throw_moved_from() { SYNCMEM_FAIL("use of a moved-from syncmem::stream"); }

@@ -37,7 +37,7 @@ void remove_stream_observer(std::uint64_t id) noexcept {
   std::erase_if(r.observers, [id](const auto& entry) { return entry.first == id; });
 }
 
-void notify_stream_destroying(device_id device, CUstream_st* handle) noexcept {
+void notify_stream_destroying(device_id device, stream_handle handle) noexcept {
   auto& r = observers();
   // Held during the calls, so that remove_stream_observer waits for a running one.
   std::lock_guard lock{r.mutex};

@@ -10,12 +10,11 @@
 #include <functional>
 
 #include "syncmem/device_id.hpp"
-
-struct CUstream_st;
+#include "syncmem/stream.hpp"
 
 namespace syncmem::detail {
 
-using stream_observer = std::function<void(device_id, CUstream_st*)>;
+using stream_observer = std::function<void(device_id, stream_handle)>;
 
 // Registers `observer`; returns an id for remove_stream_observer.
 [[nodiscard]] std::uint64_t add_stream_observer(stream_observer observer);
@@ -23,6 +22,6 @@ using stream_observer = std::function<void(device_id, CUstream_st*)>;
 void remove_stream_observer(std::uint64_t id) noexcept;
 // Calls every observer with the stream about to be destroyed. The stream is
 // still valid during the calls (events may be recorded on it).
-void notify_stream_destroying(device_id device, CUstream_st* handle) noexcept;
+void notify_stream_destroying(device_id device, stream_handle handle) noexcept;
 
 }  // namespace syncmem::detail

@@ -15,9 +15,7 @@ namespace syncmem {
 
 namespace {
 
-bool same_stream(stream_view a, stream_view b) noexcept {
-  return a.device() == b.device() && a.native_handle() == b.native_handle();
-}
+bool same_stream(stream_view a, stream_view b) noexcept { return a.device() == b.device() && a.handle() == b.handle(); }
 
 // Makes work enqueued later on `next` wait for the work so far on `last`, without blocking the host.
 void order_after(const std::optional<stream_view>& last, stream_view next) {

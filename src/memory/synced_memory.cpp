@@ -417,7 +417,7 @@ void synchronize(std::span<synced_memory* const> buffers) {
     if (!b->last_stream_.usable()) continue;
     const stream_view v = b->last_stream_.view();
     const bool seen = std::any_of(streams.begin(), streams.end(), [&](const stream_view& w) {
-      return w.device() == v.device() && w.native_handle() == v.native_handle();
+      return w.device() == v.device() && w.handle() == v.handle();
     });
     if (!seen) streams.push_back(v);
   }

@@ -97,7 +97,7 @@ void synced_memory::zero_device(std::size_t from, std::size_t to, stream_view s)
   if (to <= from) return;
   device_guard guard{device_};
   detail::backend_for(device_).memset_async(static_cast<char*>(device_side_.ptr) + from, 0, to - from, device_.index(),
-                                            s.native_handle());
+                                            s.handle());
 }
 
 void synced_memory::reset() noexcept {

@@ -35,7 +35,7 @@ std::string to_string(segment_pool pool) {
 
 namespace {
 std::string stream_text(const std::optional<stream_view>& s) {
-  return s ? fmt::format("{:#x}", reinterpret_cast<std::uintptr_t>(s->native_handle())) : std::string{"none"};
+  return s ? fmt::format("{:#x}", static_cast<std::uintptr_t>(s->handle())) : std::string{"none"};
 }
 }  // namespace
 

@@ -178,7 +178,7 @@ struct caching_pinned_resource::state {
         if (s.ready()) continue;
         event e = syncmem::detail::event_pool::instance().acquire(s.device());
         e.record(s);
-        pending.add({s.device(), s.native_handle()}, std::move(e), b);
+        pending.add({s.device(), s.handle()}, std::move(e), b);
       } catch (...) {
         syncmem::detail::log_ignored("recording an event after a pinned block's use");
         // No event: wait for the stream instead, so the block is safe to reuse.

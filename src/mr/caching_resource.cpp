@@ -83,7 +83,7 @@ void caching_resource::record_stream(void* p, stream_view stream) {
 void caching_resource::release_stream(stream_view stream) {
   SYNCMEM_EXPECTS(stream.device() == *device(),
                   fmt::format("{}: release_stream with a stream of {}", name(), to_string(stream.device())));
-  state_->release_stream(stream.native_handle());
+  state_->release_stream(stream.handle());
 }
 
 void caching_resource::empty_cache() { (void)state_->trim(0); }

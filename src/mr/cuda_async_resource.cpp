@@ -79,7 +79,7 @@ void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, st
   const device_id d = *device();
   device_guard guard{d};
   auto& pools = pools_of(d);
-  if (void* p = pools.allocate(d.index(), handle_of(pool_), bytes, stream.native_handle())) return p;
+  if (void* p = pools.allocate(d.index(), handle_of(pool_), bytes, stream.handle())) return p;
   oom_info info = detail::device_oom_info(d, bytes, name());
   try {
     const auto usage = pools.usage(d.index(), handle_of(pool_));
@@ -95,7 +95,7 @@ void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, st
 void cuda_async_resource::do_deallocate(void* p, std::size_t, stream_view stream, std::size_t) noexcept {
   try {
     device_guard guard{*device()};
-    pools_of(*device()).deallocate(device()->index(), handle_of(pool_), p, stream.native_handle());
+    pools_of(*device()).deallocate(device()->index(), handle_of(pool_), p, stream.handle());
   } catch (...) {
     // the device is gone
     syncmem::detail::log_ignored("freeing to a CUDA memory pool");

@@ -139,7 +139,7 @@ void logging_adaptor::write(trace_action action, const void* p, std::size_t byte
     e.action = action;
     e.pointer = reinterpret_cast<std::uintptr_t>(p);
     e.size = bytes;
-    e.stream = reinterpret_cast<std::uintptr_t>(stream.native_handle());
+    e.stream = static_cast<std::uintptr_t>(stream.handle());
     e.label = std::string{current_allocation_label()};
     std::lock_guard lock{mutex_};
     e.time_ns = static_cast<std::uint64_t>(

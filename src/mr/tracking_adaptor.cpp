@@ -91,7 +91,7 @@ void* tracking_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::
   a.bytes = bytes;
   a.alignment = alignment;
   a.label = std::string{current_allocation_label()};
-  a.stream = reinterpret_cast<std::uintptr_t>(stream.native_handle());
+  a.stream = static_cast<std::uintptr_t>(stream.handle());
   void* p = upstream().allocate(bytes, stream, alignment);
   a.pointer = p;
   try {

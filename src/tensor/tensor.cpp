@@ -558,7 +558,7 @@ void tensor::zero_bytes(const stream_view* s) {
   const stream_view stream = s != nullptr ? *s : default_stream(storage_->device());
   void* p = mutable_device_data(stream);
   device_guard guard{stream.device()};
-  detail::backend_for(stream.device()).memset_async(p, 0, nbytes(), stream.device().index(), stream.native_handle());
+  detail::backend_for(stream.device()).memset_async(p, 0, nbytes(), stream.device().index(), stream.handle());
 }
 
 bool allclose(const tensor& a, const tensor& b, double rtol, double atol, bool equal_nan) {

@@ -92,7 +92,7 @@ class batch_runner {
     const int index = s_.device().index();
     if (!r.kernel_dsts.empty()) {
       if (!unkernelled_ && backend_.copy_kernel_batch(r.kernel_dsts.data(), r.kernel_srcs.data(), r.kernel_sizes.data(),
-                                                      r.kernel_dsts.size(), index, s_.native_handle())) {
+                                                      r.kernel_dsts.size(), index, s_.handle())) {
         kernel_ = true;
       } else {
         unkernelled_ = true;
@@ -105,13 +105,13 @@ class batch_runner {
     }
     if (r.dsts.empty()) return;
     dma_ = true;
-    if (!looped_ && backend_.memcpy_batch_async(r.dsts.data(), r.srcs.data(), r.sizes.data(), r.dsts.size(), index,
-                                                s_.native_handle())) {
+    if (!looped_ &&
+        backend_.memcpy_batch_async(r.dsts.data(), r.srcs.data(), r.sizes.data(), r.dsts.size(), index, s_.handle())) {
       return;
     }
     looped_ = true;
     for (std::size_t i = 0; i < r.dsts.size(); ++i)
-      backend_.memcpy_async(r.dsts[i], r.srcs[i], r.sizes[i], index, s_.native_handle());
+      backend_.memcpy_async(r.dsts[i], r.srcs[i], r.sizes[i], index, s_.handle());
   }
 
   [[nodiscard]] copy_path path() const noexcept {
@@ -465,7 +465,7 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
       }
     }
     device_guard guard{device};
-    for (const entry& e : entries) backend.memcpy_async(e.dst, e.src, e.bytes, device.index(), s.native_handle());
+    for (const entry& e : entries) backend.memcpy_async(e.dst, e.src, e.bytes, device.index(), s.handle());
     // Nothing runs before the graph is launched: there is nothing to wait for.
     return transfer_complete(copy_path::batch_loop);
   }

@@ -120,7 +120,7 @@ void check_copy_stream(stream_view stream, const side& dst, const side& src) {
 
 bool stream_capturing(stream_view s) {
   device_guard guard{s.device()};
-  return backend_for(s.device()).stream_capturing(s.device().index(), s.native_handle());
+  return backend_for(s.device()).stream_capturing(s.device().index(), s.handle());
 }
 
 // The path for two classified sides (see the table in copy.hpp).

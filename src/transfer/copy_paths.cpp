@@ -35,7 +35,7 @@ int threads_of(const copy_options& o) {
 // device of the same backend (CUDA allows that; stream_view::wait does not).
 void wait_across(stream_view s, const event& e) {
   device_guard guard{s.device()};
-  backend_for(s.device()).stream_wait_event(s.device().index(), s.native_handle(), e.native_handle());
+  backend_for(s.device()).stream_wait_event(s.device().index(), s.handle(), e.handle());
 }
 
 event record_on(stream_view s) {
@@ -95,7 +95,7 @@ constexpr std::size_t demoted_tail_chunks = 3;
 
 void enqueue_copy(void* dst, const void* src, std::size_t bytes, stream_view s) {
   device_guard guard{s.device()};
-  backend_for(s.device()).memcpy_async(dst, src, bytes, s.device().index(), s.native_handle());
+  backend_for(s.device()).memcpy_async(dst, src, bytes, s.device().index(), s.handle());
 }
 
 // Host threads are about to touch memory that earlier work on `s` may use.
@@ -312,7 +312,7 @@ bool upload_read_at_return(void* dst, const void* src, std::size_t bytes, stream
   if (!backend.pageable_uploads_read_at_return(stream.device().index()) || stream_capturing(stream)) return false;
   thread_local std::array<std::byte, read_at_return_upload_limit> scratch;  // pageable: the driver reads it at once
   std::memcpy(scratch.data(), src, bytes);
-  backend.memcpy_async(dst, scratch.data(), bytes, stream.device().index(), stream.native_handle());  // under the guard
+  backend.memcpy_async(dst, scratch.data(), bytes, stream.device().index(), stream.handle());  // under the guard
   return true;
 }
 

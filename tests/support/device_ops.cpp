@@ -23,7 +23,7 @@ std::vector<std::uint8_t> read_device(stream_view s, const void* p, std::size_t 
   std::vector<std::uint8_t> out(n);
   if (n == 0) return out;
   device_guard guard{s.device()};
-  detail::backend_for(s.device()).memcpy_async(out.data(), p, n, s.device().index(), s.native_handle());
+  detail::backend_for(s.device()).memcpy_async(out.data(), p, n, s.device().index(), s.handle());
   s.synchronize();
   return out;
 }

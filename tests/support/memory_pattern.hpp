@@ -23,7 +23,7 @@ namespace syncmem::test {
 inline void write_to(memory_kind kind, stream_view s, void* dst, const void* src, std::size_t n) {
   if (kind == memory_kind::device) {
     device_guard guard{s.device()};
-    detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.native_handle());
+    detail::backend_for(s.device()).memcpy_async(dst, src, n, s.device().index(), s.handle());
     s.synchronize();
   } else {
     s.synchronize();

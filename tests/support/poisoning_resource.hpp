@@ -24,7 +24,7 @@ class poisoning_resource final : public mr::memory_resource {
     void* p = upstream_.allocate(bytes, s, a);
     if (kind() == memory_kind::device) {
       device_guard guard{s.device()};
-      detail::backend_for(s.device()).memset_async(p, 0xFF, bytes, s.device().index(), s.native_handle());
+      detail::backend_for(s.device()).memset_async(p, 0xFF, bytes, s.device().index(), s.handle());
     } else {
       s.synchronize();
       std::memset(p, 0xFF, bytes);

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "syncmem/cuda/cccl.hpp"
+#include "syncmem/cuda/interop.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_id.hpp"
 #include "syncmem/error.hpp"
@@ -90,7 +91,7 @@ class device_mr_adaptor : public cccl_3_0_spellings<device_mr_adaptor> {
   }
   /// @brief Returns memory that no work uses any more.
   void deallocate_sync(void* p, std::size_t bytes, std::size_t alignment = mr::default_alignment) noexcept {
-    resource_->deallocate(p, bytes, detail::stream_access::make(device_, nullptr), alignment);
+    resource_->deallocate(p, bytes, detail::stream_access::make(device_, stream_handle{}), alignment);
   }
 
   /// @name CCCL 3.0's spellings of the same calls (cccl_3_0_spellings)
@@ -127,7 +128,7 @@ class device_mr_adaptor : public cccl_3_0_spellings<device_mr_adaptor> {
   [[nodiscard]] stream_view view(::cuda::stream_ref s) const noexcept {
     cudaStream_t handle = s.get();
     if (handle == cudaStreamPerThread || handle == cudaStreamLegacy) handle = nullptr;
-    return detail::stream_access::make(device_, handle);
+    return detail::stream_access::make(device_, cuda::handle_of(handle));
   }
 
   mr::memory_resource* resource_;

@@ -79,7 +79,7 @@ class pinned_mr_adaptor : public cccl_3_0_spellings<pinned_mr_adaptor> {
     }
     int device = 0;
     (void)cudaGetDevice(&device);
-    resource_->deallocate(p, bytes, detail::stream_access::make(device_id::cuda(device), nullptr), alignment);
+    resource_->deallocate(p, bytes, detail::stream_access::make(device_id::cuda(device), stream_handle{}), alignment);
   }
 
   /// @name CCCL 3.0's spellings of the same calls (cccl_3_0_spellings)
@@ -122,12 +122,12 @@ class pinned_mr_adaptor : public cccl_3_0_spellings<pinned_mr_adaptor> {
     } else {
       SYNCMEM_CUDA_TRY(cudaStreamGetDevice(s.get(), &device));
     }
-    return detail::stream_access::make(device_id::cuda(device), s.get());
+    return detail::stream_access::make(device_id::cuda(device), cuda::handle_of(s.get()));
   }
   [[nodiscard]] static stream_view current_default() {
     int device = 0;
     SYNCMEM_CUDA_TRY(cudaGetDevice(&device));
-    return detail::stream_access::make(device_id::cuda(device), nullptr);
+    return detail::stream_access::make(device_id::cuda(device), stream_handle{});
   }
 
   mr::memory_resource* resource_;

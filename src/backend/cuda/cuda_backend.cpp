@@ -20,6 +20,7 @@
 #include "backend/backend.hpp"
 #include "backend/cuda/copy_kernels.hpp"
 #include "backend/cuda/cuda_graphs.hpp"
+#include "backend/cuda/cuda_handles.hpp"
 #include "backend/cuda/cuda_pools.hpp"
 #include "backend/cuda/cuda_vmm.hpp"
 #include "backend/cuda/driver_api.hpp"
@@ -37,9 +38,6 @@ bool cuda_is_shutting_down(int code) noexcept {
 
 namespace cuda {
 namespace {
-
-cudaStream_t native(CUstream_st* s) noexcept { return s; }
-cudaEvent_t native(CUevent_st* e) noexcept { return e; }
 
 // A PCIe link speed as sysfs writes it ("32.0 GT/s PCIe") to a generation.
 int pcie_generation_of(const std::string& speed) {
@@ -275,22 +273,24 @@ class backend_impl final : public backend {
   void unregister_host(void* p) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaHostUnregister(p)); }
 
   // ---- streams ---------------------------------------------------------------
-  CUstream_st* create_stream(int, bool non_blocking, int priority) override {
+  stream_handle create_stream(int, bool non_blocking, int priority) override {
     cudaStream_t s = nullptr;
     SYNCMEM_CUDA_TRY(
         cudaStreamCreateWithPriority(&s, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, priority));
-    return s;
+    return handle_of(s);
   }
 
-  void destroy_stream(int, CUstream_st* s) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(s)); }
-  CUstream_st* default_stream(int) override { return nullptr; }  // the legacy default stream
-  void synchronize_stream(int, CUstream_st* s) override {
+  void destroy_stream(int, stream_handle s) noexcept override {
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(native(s)));
+  }
+  stream_handle default_stream(int) override { return stream_handle{}; }  // the legacy default stream
+  void synchronize_stream(int, stream_handle s) override {
     const auto sync = driver().stream_synchronize;
-    if (sync != nullptr && driver_did(sync(s), "cuStreamSynchronize(s)", __FILE__, __LINE__)) return;
+    if (sync != nullptr && driver_did(sync(native(s)), "cuStreamSynchronize(s)", __FILE__, __LINE__)) return;
     SYNCMEM_CUDA_TRY(cudaStreamSynchronize(native(s)));
   }
 
-  bool stream_ready(int, CUstream_st* s) override {
+  bool stream_ready(int, stream_handle s) override {
     const cudaError_t status = cudaStreamQuery(native(s));
     if (status == cudaErrorNotReady) {
       cudaGetLastError();
@@ -300,7 +300,7 @@ class backend_impl final : public backend {
     return true;
   }
 
-  void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) override {
+  void launch_host_func(int index, stream_handle s, host_func fn, void* user_data) override {
     SYNCMEM_EXPECTS(!stream_capturing(index, s),
                     fmt::format("launch_host_func: the stream of cuda:{} is being captured, and a one-shot host "
                                 "function cannot be recorded into a graph (use capture_host_func)",
@@ -311,28 +311,28 @@ class backend_impl final : public backend {
     SYNCMEM_CUDA_TRY(status);
   }
 
-  void memcpy_async(void* dst, const void* src, std::size_t bytes, int, CUstream_st* s) override {
+  void memcpy_async(void* dst, const void* src, std::size_t bytes, int, stream_handle s) override {
     if (bytes == 0) return;
     const auto copy = driver().memcpy_async;  // with unified addressing, cudaMemcpyDefault's copy
     if (copy != nullptr &&
-        driver_did(copy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, s),
+        driver_did(copy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, native(s)),
                    "cuMemcpyAsync(dst, src, bytes, s)", __FILE__, __LINE__)) {
       return;
     }
     SYNCMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(s)));
   }
 
-  void memset_async(void* dst, int value, std::size_t bytes, int, CUstream_st* s) override {
+  void memset_async(void* dst, int value, std::size_t bytes, int, stream_handle s) override {
     if (bytes == 0) return;
     SYNCMEM_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, native(s)));
   }
 
   bool memcpy_batch_async(void* const* dsts, const void* const* srcs, const std::size_t* sizes, std::size_t count, int,
-                          CUstream_st* s) override {
+                          stream_handle s) override {
 #if CUDART_VERSION >= 12080
     // The batch API refuses the legacy default stream; a captured stream
     // takes the copies one by one (the batch call cannot be captured).
-    if (count == 0 || s == nullptr || !batch_supported_.load(std::memory_order_relaxed)) return false;
+    if (count == 0 || s == stream_handle{} || !batch_supported_.load(std::memory_order_relaxed)) return false;
     if (stream_capturing(0, s)) return false;
     // Every source in stream order: a device source may still be written by
     // a kernel before the batch, and a host source by earlier work on `s`.
@@ -362,7 +362,7 @@ class backend_impl final : public backend {
   }
 
   bool copy_kernel_batch(void* const* dsts, const void* const* srcs, const std::size_t* sizes, std::size_t count,
-                         int index, CUstream_st* s) override {
+                         int index, stream_handle s) override {
     if (count == 0 || !addresses_host_memory(index)) return false;
     launch_copy_kernels(dsts, srcs, sizes, count, native(s));
     return true;
@@ -389,22 +389,25 @@ class backend_impl final : public backend {
   }
 
   // ---- events ----------------------------------------------------------------
-  CUevent_st* create_event(int, bool timing, bool blocking_sync) override {
+  event_handle create_event(int, bool timing, bool blocking_sync) override {
     unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
     if (blocking_sync) flags |= cudaEventBlockingSync;
     cudaEvent_t e = nullptr;
     SYNCMEM_CUDA_TRY(cudaEventCreateWithFlags(&e, flags));
-    return e;
+    return handle_of(e);
   }
 
-  void destroy_event(int, CUevent_st* e) noexcept override { SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(e)); }
-  void record_event(int, CUevent_st* e, CUstream_st* s) override {
+  void destroy_event(int, event_handle e) noexcept override {
+    SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(native(e)));
+  }
+  void record_event(int, event_handle e, stream_handle s) override {
     const auto record = driver().event_record;
-    if (record != nullptr && driver_did(record(e, s), "cuEventRecord(e, s)", __FILE__, __LINE__)) return;
-    SYNCMEM_CUDA_TRY(cudaEventRecord(e, s));
+    if (record != nullptr && driver_did(record(native(e), native(s)), "cuEventRecord(e, s)", __FILE__, __LINE__))
+      return;
+    SYNCMEM_CUDA_TRY(cudaEventRecord(native(e), native(s)));
   }
 
-  bool event_ready(int, CUevent_st* e) override {
+  bool event_ready(int, event_handle e) override {
     const cudaError_t status = cudaEventQuery(native(e));
     if (status == cudaErrorNotReady) {
       cudaGetLastError();
@@ -414,12 +417,12 @@ class backend_impl final : public backend {
     return true;
   }
 
-  void synchronize_event(int, CUevent_st* e) override { SYNCMEM_CUDA_TRY(cudaEventSynchronize(native(e))); }
-  void stream_wait_event(int, CUstream_st* s, CUevent_st* e) override {
+  void synchronize_event(int, event_handle e) override { SYNCMEM_CUDA_TRY(cudaEventSynchronize(native(e))); }
+  void stream_wait_event(int, stream_handle s, event_handle e) override {
     SYNCMEM_CUDA_TRY(cudaStreamWaitEvent(native(s), native(e), 0));
   }
 
-  float elapsed_ms(int, CUevent_st* start, CUevent_st* end) override {
+  float elapsed_ms(int, event_handle start, event_handle end) override {
     float ms = 0;
     SYNCMEM_CUDA_TRY(cudaEventElapsedTime(&ms, native(start), native(end)));
     return ms;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda/cuda_handles.hpp"
 #include "backend/cuda/driver_api.hpp"
 #include "core/log.hpp"
 #include "syncmem/error.hpp"
@@ -13,7 +14,6 @@
 namespace syncmem::detail::cuda {
 namespace {
 
-cudaStream_t native(CUstream_st* s) noexcept { return s; }
 cudaGraphExec_t native(graph_handle graph) noexcept { return pointer_of<cudaGraphExec_t>(graph); }
 
 // A host function recorded into a graph: run at every launch, released with
@@ -43,10 +43,10 @@ void CUDART_CB release_captured_call(void* data) {
 
 }  // namespace
 
-bool cuda_graphs::stream_capturing(int, CUstream_st* s) {
+bool cuda_graphs::stream_capturing(int, stream_handle s) {
   if (const auto query = driver().stream_is_capturing) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (driver_did(query(s, &status), "cuStreamIsCapturing(s, &status)", __FILE__, __LINE__)) {
+    if (driver_did(query(native(s), &status), "cuStreamIsCapturing(s, &status)", __FILE__, __LINE__)) {
       return status != CU_STREAM_CAPTURE_STATUS_NONE;
     }
   }
@@ -60,21 +60,21 @@ bool cuda_graphs::stream_capturing(int, CUstream_st* s) {
 // is where syncmem must prove itself capture-safe, without failing the
 // other threads' ordinary work as the global mode would. The capture must be
 // ended on the thread that began it.
-void cuda_graphs::begin_capture(int, CUstream_st* s) {
+void cuda_graphs::begin_capture(int, stream_handle s) {
   SYNCMEM_CUDA_TRY(cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal));
 }
 
-graph_handle cuda_graphs::end_capture(int, CUstream_st* s) {
+graph_handle cuda_graphs::end_capture(int, stream_handle s) {
   cudaGraph_t graph = nullptr;
   SYNCMEM_CUDA_TRY(cudaStreamEndCapture(native(s), &graph));
   cudaGraphExec_t exec = nullptr;
   const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
   SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphDestroy(graph));  // the executable graph keeps what it needs
   SYNCMEM_CUDA_TRY(instantiated);
-  return handle_of<graph_handle>(exec);
+  return detail::handle_of<graph_handle>(exec);
 }
 
-void cuda_graphs::launch_graph(int, graph_handle graph, CUstream_st* s) {
+void cuda_graphs::launch_graph(int, graph_handle graph, stream_handle s) {
   SYNCMEM_CUDA_TRY(cudaGraphLaunch(native(graph), native(s)));
 }
 
@@ -82,10 +82,10 @@ void cuda_graphs::destroy_graph(int, graph_handle graph) noexcept {
   SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaGraphExecDestroy(native(graph)));
 }
 
-unsigned long long cuda_graphs::capture_sequence(int, CUstream_st* s) {
+unsigned long long cuda_graphs::capture_sequence(int, stream_handle s) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
-  if (s == nullptr) return 0;  // the legacy default stream cannot be captured
+  if (s == stream_handle{}) return 0;  // the legacy default stream cannot be captured
   if (cudaStreamGetCaptureInfo(native(s), &status, &id) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -93,7 +93,7 @@ unsigned long long cuda_graphs::capture_sequence(int, CUstream_st* s) {
   return status == cudaStreamCaptureStatusActive ? id : 0;
 }
 
-void cuda_graphs::capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) {
+void cuda_graphs::capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) {
   auto* call = new captured_call{fn, user_data, release};
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t graph = nullptr;

@@ -3,11 +3,11 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cuda_handles.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail::cuda {
 namespace {
-cudaStream_t native(CUstream_st* s) noexcept { return s; }
 cudaMemPool_t native(pool_handle pool) noexcept { return pointer_of<cudaMemPool_t>(pool); }
 }  // namespace
 
@@ -31,14 +31,14 @@ pool_handle cuda_pools::create(int index, std::size_t release_threshold) {
     (void)cudaMemPoolDestroy(pool);
     SYNCMEM_CUDA_TRY(status);
   }
-  return handle_of<pool_handle>(pool);
+  return detail::handle_of<pool_handle>(pool);
 }
 
 void cuda_pools::destroy(int, pool_handle pool) noexcept {
   SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaMemPoolDestroy(native(pool)));
 }
 
-void* cuda_pools::allocate(int, pool_handle pool, std::size_t bytes, CUstream_st* s) {
+void* cuda_pools::allocate(int, pool_handle pool, std::size_t bytes, stream_handle s) {
   void* p = nullptr;
   const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, native(pool), native(s));
   if (status == cudaErrorMemoryAllocation) {
@@ -49,7 +49,7 @@ void* cuda_pools::allocate(int, pool_handle pool, std::size_t bytes, CUstream_st
   return p;
 }
 
-void cuda_pools::deallocate(int, pool_handle, void* p, CUstream_st* s) noexcept {
+void cuda_pools::deallocate(int, pool_handle, void* p, stream_handle s) noexcept {
   SYNCMEM_CUDA_CHECK_NOEXCEPT(cudaFreeAsync(p, native(s)));
 }
 

@@ -10,8 +10,8 @@ class cuda_pools final : public pool_capability {
   [[nodiscard]] bool supported(int index) override;
   [[nodiscard]] pool_handle create(int index, std::size_t release_threshold) override;
   void destroy(int index, pool_handle pool) noexcept override;
-  [[nodiscard]] void* allocate(int index, pool_handle pool, std::size_t bytes, CUstream_st* s) override;
-  void deallocate(int index, pool_handle pool, void* p, CUstream_st* s) noexcept override;
+  [[nodiscard]] void* allocate(int index, pool_handle pool, std::size_t bytes, stream_handle s) override;
+  void deallocate(int index, pool_handle pool, void* p, stream_handle s) noexcept override;
   void trim(int index, pool_handle pool, std::size_t keep_bytes) override;
   [[nodiscard]] memory_pool_usage usage(int index, pool_handle pool) override;
   void reset_peaks(int index, pool_handle pool) override;

@@ -1,9 +1,9 @@
 #include "backend/cuda_stream_handles.hpp"
 
-#include <cuda_runtime_api.h>
+#include "backend/cuda/cuda_handles.hpp"
 
 namespace syncmem::detail {
 
-CUstream_st* cuda_per_thread_stream() noexcept { return cudaStreamPerThread; }
+stream_handle cuda_per_thread_stream() noexcept { return cuda::handle_of(cudaStreamPerThread); }
 
 }  // namespace syncmem::detail

@@ -37,15 +37,12 @@ struct event_holder {
   std::shared_ptr<event_state> state;
 };
 
-// The backend interface carries streams and events as the CUDA runtime's
-// pointer types, which the public API exposes for CUDA interop
-// (stream_view::native_handle). An emulated stream or event travels through
-// them as an opaque token that only this backend reads: these are the only
-// conversions between the two.
-CUstream_st* native_of(worker_stream* s) noexcept { return reinterpret_cast<CUstream_st*>(s); }
-worker_stream* worker_of(CUstream_st* s) noexcept { return reinterpret_cast<worker_stream*>(s); }
-CUevent_st* native_of(event_holder* e) noexcept { return reinterpret_cast<CUevent_st*>(e); }
-event_holder* holder_of(CUevent_st* e) noexcept { return reinterpret_cast<event_holder*>(e); }
+// An emulated stream or event travels through the backend interface as an
+// opaque handle that only this backend reads.
+stream_handle native_of(worker_stream* s) noexcept { return handle_of<stream_handle>(s); }
+worker_stream* worker_of(stream_handle s) noexcept { return pointer_of<worker_stream*>(s); }
+event_handle native_of(event_holder* e) noexcept { return handle_of<event_handle>(e); }
+event_holder* holder_of(event_handle e) noexcept { return pointer_of<event_holder*>(e); }
 
 }  // namespace
 
@@ -256,7 +253,7 @@ void emulated_backend::unregister_host(void* p) noexcept {
   if (!remove_allocation(p)) logger().error("emulated unregister_host of {} which was not registered", p);
 }
 
-CUstream_st* emulated_backend::create_stream(int index, bool, int) {
+stream_handle emulated_backend::create_stream(int index, bool, int) {
   auto& d = device(index);
   require_current(index, "create_stream (cudaStreamCreate)");
   auto s = std::make_shared<worker_stream>(index, max_delay_us_);
@@ -265,7 +262,7 @@ CUstream_st* emulated_backend::create_stream(int index, bool, int) {
   return native_of(s.get());
 }
 
-void emulated_backend::destroy_stream(int index, CUstream_st* handle) noexcept {
+void emulated_backend::destroy_stream(int index, stream_handle handle) noexcept {
   expect_current(index, "destroy_stream (cudaStreamDestroy)");
   auto* s = worker_of(handle);
   auto& d = device(index);
@@ -284,7 +281,7 @@ void emulated_backend::destroy_stream(int index, CUstream_st* handle) noexcept {
   detail::ignore_failure("synchronizing an emulated stream before destroying it", [&] { owned->synchronize(); });
 }
 
-CUstream_st* emulated_backend::default_stream(int index) {
+stream_handle emulated_backend::default_stream(int index) {
   auto& d = device(index);
   std::call_once(d.default_stream_once, [&] {
     auto* s = new worker_stream{index, max_delay_us_};
@@ -294,19 +291,19 @@ CUstream_st* emulated_backend::default_stream(int index) {
   return native_of(d.default_stream.load(std::memory_order_acquire));
 }
 
-void emulated_backend::synchronize_stream(int index, CUstream_st* s) {
+void emulated_backend::synchronize_stream(int index, stream_handle s) {
   auto& w = to_stream(s, index);
   refuse_in_capture(w, "synchronize");
   w.synchronize();
 }
 
-bool emulated_backend::stream_ready(int index, CUstream_st* s) {
+bool emulated_backend::stream_ready(int index, stream_handle s) {
   auto& w = to_stream(s, index);
   refuse_in_capture(w, "ready (a stream query)");
   return w.ready();
 }
 
-void emulated_backend::launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) {
+void emulated_backend::launch_host_func(int index, stream_handle s, host_func fn, void* user_data) {
   auto& w = to_stream(s, index);
   SYNCMEM_EXPECTS(!w.capturing(),
                   fmt::format("launch_host_func: the stream of emulated:{} is being captured, and a one-shot host "
@@ -315,22 +312,22 @@ void emulated_backend::launch_host_func(int index, CUstream_st* s, host_func fn,
   w.enqueue([fn, user_data] { fn(user_data); });
 }
 
-void emulated_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, int index, CUstream_st* s) {
+void emulated_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, int index, stream_handle s) {
   if (bytes == 0) return;
   check_range(dst, bytes, "destination");
   check_range(src, bytes, "source");
   to_stream(s, index).enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
 }
 
-void emulated_backend::memset_async(void* dst, int value, std::size_t bytes, int index, CUstream_st* s) {
+void emulated_backend::memset_async(void* dst, int value, std::size_t bytes, int index, stream_handle s) {
   if (bytes == 0) return;
   check_range(dst, bytes, "destination");
   to_stream(s, index).enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
 }
 
-void emulated_backend::destroy_event(int, CUevent_st* e) noexcept { delete holder_of(e); }
+void emulated_backend::destroy_event(int, event_handle e) noexcept { delete holder_of(e); }
 
-CUevent_st* emulated_backend::create_event(int index, bool timing, bool) {
+event_handle emulated_backend::create_event(int index, bool timing, bool) {
   (void)device(index);
   require_current(index, "create_event (cudaEventCreate)");
   auto* holder = new event_holder{std::make_shared<event_state>()};
@@ -338,7 +335,7 @@ CUevent_st* emulated_backend::create_event(int index, bool timing, bool) {
   return native_of(holder);
 }
 
-void emulated_backend::record_event(int index, CUevent_st* e, CUstream_st* s) {
+void emulated_backend::record_event(int index, event_handle e, stream_handle s) {
   auto state = holder_of(e)->state;
   auto& stream = to_stream(s, index);
   refuse_to_record(stream, "an event record");
@@ -361,20 +358,20 @@ void emulated_backend::record_event(int index, CUevent_st* e, CUstream_st* s) {
   });
 }
 
-bool emulated_backend::event_ready(int, CUevent_st* e) {
+bool emulated_backend::event_ready(int, event_handle e) {
   auto& state = *holder_of(e)->state;
   std::lock_guard lock{state.mutex};
   return state.reached(state.recorded);
 }
 
-void emulated_backend::synchronize_event(int, CUevent_st* e) {
+void emulated_backend::synchronize_event(int, event_handle e) {
   auto& state = *holder_of(e)->state;
   std::unique_lock lock{state.mutex};
   const auto target = state.recorded;
   state.completed_changed.wait(lock, [&] { return state.reached(target); });
 }
 
-void emulated_backend::stream_wait_event(int index, CUstream_st* s, CUevent_st* e) {
+void emulated_backend::stream_wait_event(int index, stream_handle s, event_handle e) {
   auto state = holder_of(e)->state;
   refuse_to_record(to_stream(s, index), "an event wait");
   std::uint64_t target = 0;
@@ -389,7 +386,7 @@ void emulated_backend::stream_wait_event(int index, CUstream_st* s, CUevent_st* 
   });
 }
 
-float emulated_backend::elapsed_ms(int, CUevent_st* start, CUevent_st* end) {
+float emulated_backend::elapsed_ms(int, event_handle start, event_handle end) {
   auto& a = *holder_of(start)->state;
   auto& b = *holder_of(end)->state;
   std::chrono::steady_clock::time_point ta;
@@ -441,7 +438,7 @@ device_state& emulated_backend::device(int index) {
   return *devices_[static_cast<std::size_t>(index)].load(std::memory_order_acquire);
 }
 
-worker_stream& emulated_backend::to_stream(CUstream_st* s, int index) {
+worker_stream& emulated_backend::to_stream(stream_handle s, int index) {
   auto* w = worker_of(s);
   SYNCMEM_EXPECTS(w != nullptr, "null emulated stream");
   SYNCMEM_EXPECTS(w->device() == index,

@@ -91,23 +91,23 @@ class emulated_backend final : public backend {
   void unregister_host(void* p) noexcept override;
 
   // ---- streams ---------------------------------------------------------------
-  CUstream_st* create_stream(int index, bool, int) override;
-  void destroy_stream(int index, CUstream_st* handle) noexcept override;
-  CUstream_st* default_stream(int index) override;
-  void synchronize_stream(int index, CUstream_st* s) override;
-  bool stream_ready(int index, CUstream_st* s) override;
-  void launch_host_func(int index, CUstream_st* s, host_func fn, void* user_data) override;
-  void memcpy_async(void* dst, const void* src, std::size_t bytes, int index, CUstream_st* s) override;
-  void memset_async(void* dst, int value, std::size_t bytes, int index, CUstream_st* s) override;
+  stream_handle create_stream(int index, bool, int) override;
+  void destroy_stream(int index, stream_handle handle) noexcept override;
+  stream_handle default_stream(int index) override;
+  void synchronize_stream(int index, stream_handle s) override;
+  bool stream_ready(int index, stream_handle s) override;
+  void launch_host_func(int index, stream_handle s, host_func fn, void* user_data) override;
+  void memcpy_async(void* dst, const void* src, std::size_t bytes, int index, stream_handle s) override;
+  void memset_async(void* dst, int value, std::size_t bytes, int index, stream_handle s) override;
 
   // ---- events ----------------------------------------------------------------
-  CUevent_st* create_event(int index, bool timing, bool) override;
-  void destroy_event(int, CUevent_st* e) noexcept override;
-  void record_event(int index, CUevent_st* e, CUstream_st* s) override;
-  bool event_ready(int, CUevent_st* e) override;
-  void synchronize_event(int, CUevent_st* e) override;
-  void stream_wait_event(int index, CUstream_st* s, CUevent_st* e) override;
-  float elapsed_ms(int, CUevent_st* start, CUevent_st* end) override;
+  event_handle create_event(int index, bool timing, bool) override;
+  void destroy_event(int, event_handle e) noexcept override;
+  void record_event(int index, event_handle e, stream_handle s) override;
+  bool event_ready(int, event_handle e) override;
+  void synchronize_event(int, event_handle e) override;
+  void stream_wait_event(int index, stream_handle s, event_handle e) override;
+  float elapsed_ms(int, event_handle start, event_handle end) override;
 
   // ---- pointers and peers --------------------------------------------------
   std::optional<pointer_attributes> pointer_info(const void* p) override;
@@ -121,7 +121,7 @@ class emulated_backend final : public backend {
 
   // ---- for the capability classes --------------------------------------------
   device_state& device(int index);
-  worker_stream& to_stream(CUstream_st* s, int index);
+  worker_stream& to_stream(stream_handle s, int index);
   // What emulated devices cannot record into a graph yet: refused, the
   // capture left valid.
   static void refuse_to_record(worker_stream& w, const char* operation);

@@ -22,9 +22,9 @@ recorded_graph* graph_of(graph_handle graph) noexcept { return pointer_of<record
 
 }  // namespace
 
-bool emulated_graphs::stream_capturing(int index, CUstream_st* s) { return backend_.to_stream(s, index).capturing(); }
+bool emulated_graphs::stream_capturing(int index, stream_handle s) { return backend_.to_stream(s, index).capturing(); }
 
-void emulated_graphs::begin_capture(int index, CUstream_st* s) {
+void emulated_graphs::begin_capture(int index, stream_handle s) {
   auto& w = backend_.to_stream(s, index);
   SYNCMEM_EXPECTS(&w != backend_.device(index).default_stream.load(std::memory_order_acquire),
                   fmt::format("begin_capture: the default stream of emulated:{} cannot be captured (as CUDA's legacy "
@@ -33,11 +33,11 @@ void emulated_graphs::begin_capture(int index, CUstream_st* s) {
   w.begin_capture();
 }
 
-graph_handle emulated_graphs::end_capture(int index, CUstream_st* s) {
+graph_handle emulated_graphs::end_capture(int index, stream_handle s) {
   return handle_of<graph_handle>(new recorded_graph{index, backend_.to_stream(s, index).end_capture()});
 }
 
-void emulated_graphs::launch_graph(int index, graph_handle graph, CUstream_st* s) {
+void emulated_graphs::launch_graph(int index, graph_handle graph, stream_handle s) {
   auto& g = *graph_of(graph);
   SYNCMEM_EXPECTS(g.device == index, fmt::format("launch: a graph of emulated:{} cannot be launched on a stream of "
                                                  "emulated:{}",
@@ -48,7 +48,7 @@ void emulated_graphs::launch_graph(int index, graph_handle graph, CUstream_st* s
 // The operations queued by earlier launches hold copies of what they need.
 void emulated_graphs::destroy_graph(int, graph_handle graph) noexcept { delete graph_of(graph); }
 
-void emulated_graphs::capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) {
+void emulated_graphs::capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) {
   // Released when the graph and the copies queued by its launches are gone,
   // as a CUDA user object; at once when this throws.
   std::shared_ptr<void> data{user_data, release};

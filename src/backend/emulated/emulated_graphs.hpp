@@ -12,14 +12,14 @@ class emulated_graphs final : public graph_capability {
  public:
   explicit emulated_graphs(emulated_backend& backend) noexcept : backend_{backend} {}
 
-  [[nodiscard]] bool stream_capturing(int index, CUstream_st* s) override;
-  void begin_capture(int index, CUstream_st* s) override;
-  [[nodiscard]] graph_handle end_capture(int index, CUstream_st* s) override;
-  void launch_graph(int index, graph_handle graph, CUstream_st* s) override;
+  [[nodiscard]] bool stream_capturing(int index, stream_handle s) override;
+  void begin_capture(int index, stream_handle s) override;
+  [[nodiscard]] graph_handle end_capture(int index, stream_handle s) override;
+  void launch_graph(int index, graph_handle graph, stream_handle s) override;
   void destroy_graph(int index, graph_handle graph) noexcept override;
-  void capture_host_func(int index, CUstream_st* s, host_func fn, void* user_data, host_func release) override;
+  void capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) override;
   // Emulated captures do not fork to other streams.
-  [[nodiscard]] unsigned long long capture_sequence(int, CUstream_st*) override { return 0; }
+  [[nodiscard]] unsigned long long capture_sequence(int, stream_handle) override { return 0; }
 
  private:
   emulated_backend& backend_;

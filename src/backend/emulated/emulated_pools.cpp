@@ -89,7 +89,7 @@ void emulated_pools::destroy(int, pool_handle handle) noexcept {
   delete holder;
 }
 
-void* emulated_pools::allocate(int index, pool_handle handle, std::size_t bytes, CUstream_st* s) {
+void* emulated_pools::allocate(int index, pool_handle handle, std::size_t bytes, stream_handle s) {
   auto& w = backend_.to_stream(s, index);
   backend_.refuse_to_record(w, "a stream-ordered allocation");
   const void* stream = &w;
@@ -113,7 +113,7 @@ void* emulated_pools::allocate(int index, pool_handle handle, std::size_t bytes,
   return p;
 }
 
-void emulated_pools::deallocate(int index, pool_handle handle, void* p, CUstream_st* s) noexcept {
+void emulated_pools::deallocate(int index, pool_handle handle, void* p, stream_handle s) noexcept {
   std::shared_ptr<memory_pool> pool = holder_of(handle)->pool;
   worker_stream* w = nullptr;
   std::uint64_t ticket = 0;

@@ -49,21 +49,21 @@ class backend_impl final : public backend {
   void deallocate_pinned(void*, std::size_t) noexcept override {}
   void register_host(void*, std::size_t, unsigned) override { refuse(); }
   void unregister_host(void*) noexcept override {}
-  CUstream_st* create_stream(int, bool, int) override { refuse(); }
-  void destroy_stream(int, CUstream_st*) noexcept override {}
-  CUstream_st* default_stream(int) override { refuse(); }
-  void synchronize_stream(int, CUstream_st*) override { refuse(); }
-  bool stream_ready(int, CUstream_st*) override { refuse(); }
-  void launch_host_func(int, CUstream_st*, host_func, void*) override { refuse(); }
-  void memcpy_async(void*, const void*, std::size_t, int, CUstream_st*) override { refuse(); }
-  void memset_async(void*, int, std::size_t, int, CUstream_st*) override { refuse(); }
-  CUevent_st* create_event(int, bool, bool) override { refuse(); }
-  void destroy_event(int, CUevent_st*) noexcept override {}
-  void record_event(int, CUevent_st*, CUstream_st*) override { refuse(); }
-  bool event_ready(int, CUevent_st*) override { refuse(); }
-  void synchronize_event(int, CUevent_st*) override { refuse(); }
-  void stream_wait_event(int, CUstream_st*, CUevent_st*) override { refuse(); }
-  float elapsed_ms(int, CUevent_st*, CUevent_st*) override { refuse(); }
+  stream_handle create_stream(int, bool, int) override { refuse(); }
+  void destroy_stream(int, stream_handle) noexcept override {}
+  stream_handle default_stream(int) override { refuse(); }
+  void synchronize_stream(int, stream_handle) override { refuse(); }
+  bool stream_ready(int, stream_handle) override { refuse(); }
+  void launch_host_func(int, stream_handle, host_func, void*) override { refuse(); }
+  void memcpy_async(void*, const void*, std::size_t, int, stream_handle) override { refuse(); }
+  void memset_async(void*, int, std::size_t, int, stream_handle) override { refuse(); }
+  event_handle create_event(int, bool, bool) override { refuse(); }
+  void destroy_event(int, event_handle) noexcept override {}
+  void record_event(int, event_handle, stream_handle) override { refuse(); }
+  bool event_ready(int, event_handle) override { refuse(); }
+  void synchronize_event(int, event_handle) override { refuse(); }
+  void stream_wait_event(int, stream_handle, event_handle) override { refuse(); }
+  float elapsed_ms(int, event_handle, event_handle) override { refuse(); }
   std::optional<pointer_attributes> pointer_info(const void*) override { return std::nullopt; }
   bool can_access_peer(int, int) override { refuse(); }
   void enable_peer_access(int, int) override { refuse(); }

@@ -138,8 +138,8 @@ syncmem::shape to_shape(nb::handle h) {
 }
 
 std::intptr_t stream_number(stream_view s) {
-  if (s.native_handle() == nullptr) return 1;  // DLPack's and CAI's name of the legacy default stream
-  return reinterpret_cast<std::intptr_t>(s.native_handle());
+  if (s.handle() == stream_handle{}) return 1;  // DLPack's and CAI's name of the legacy default stream
+  return static_cast<std::intptr_t>(s.handle());
 }
 
 stream_view to_stream(nb::handle h, device_id device) {
@@ -172,14 +172,14 @@ stream_view to_stream(nb::handle h, device_id device) {
   if (value == 0 || value == 1) return default_stream(device);  // the legacy default stream
 #if SYNCMEM_PYTHON_HAS_CUDA
   // The per-thread default stream belongs to whichever device is current.
-  if (reinterpret_cast<CUstream_st*>(value) != detail::cuda_per_thread_stream()) {
+  if (stream_handle{static_cast<std::uintptr_t>(value)} != detail::cuda_per_thread_stream()) {
     const auto owner = cuda_stream_device(value);
     if (owner && *owner != device.index())
       throw logic_error{"syncmem: the CUDA stream given belongs to " + to_string(device_id::cuda(*owner)) +
                         ", the memory to " + to_string(device) + "; pass a stream of " + to_string(device)};
   }
 #endif
-  return detail::stream_access::make(device, reinterpret_cast<CUstream_st*>(value));
+  return detail::stream_access::make(device, stream_handle{static_cast<std::uintptr_t>(value)});
 }
 
 void bind_devices(nb::module_& m) {
@@ -268,7 +268,7 @@ void bind_devices(nb::module_& m) {
           },
           nb::arg("device") = nb::none(), "The device's default stream (CUDA: the legacy default stream).")
       .def_prop_ro("device", [](const py_stream& s) { return s.view.device(); })
-      .def_prop_ro("handle", [](const py_stream& s) { return reinterpret_cast<std::intptr_t>(s.view.native_handle()); })
+      .def_prop_ro("handle", [](const py_stream& s) { return static_cast<std::intptr_t>(s.view.handle()); })
       .def_prop_ro("owned", [](const py_stream& s) { return s.owned != nullptr; })
       .def("synchronize",
            [](const py_stream& s) {
@@ -280,10 +280,10 @@ void bind_devices(nb::module_& m) {
            [](const py_stream& a, nb::handle b) {
              return nb::isinstance<py_stream>(b) && a.view == nb::cast<py_stream&>(b).view;
            })
-      .def("__hash__", [](const py_stream& s) { return std::hash<const void*>{}(s.view.native_handle()); })
+      .def("__hash__", [](const py_stream& s) { return std::hash<stream_handle>{}(s.view.handle()); })
       .def("__repr__", [](const py_stream& s) {
         return "syncmem.stream(" + to_string(s.view.device()) +
-               ", handle=" + std::to_string(reinterpret_cast<std::intptr_t>(s.view.native_handle())) + ")";
+               ", handle=" + std::to_string(static_cast<std::intptr_t>(s.view.handle())) + ")";
       });
 }
 

@@ -378,9 +378,9 @@ void torch_allocator::beginAllocateToPool(c10::DeviceIndex device, c10::MempoolI
               ") of cuda:", static_cast<int>(device), " already has a capture allocating to it");
   // The capture is registered before PyTorch begins it (as PyTorch's own
   // allocator does); `filter` accepts the streams it covers once it runs.
-  use.capture = syncmem::detail::external_capture_began(device_id::cuda(device),
-                                                        syncmem::detail::graph_pool_access::state(use.pool),
-                                                        [f = std::move(filter)](CUstream_st* s) { return f(s); });
+  use.capture = syncmem::detail::external_capture_began(
+      device_id::cuda(device), syncmem::detail::graph_pool_access::state(use.pool),
+      [f = std::move(filter)](stream_handle s) { return f(syncmem::cuda::native(s)); });
   ++use.uses;
 }
 

@@ -12,8 +12,8 @@
 #include <deque>
 #include <vector>
 
-struct CUstream_st;
-struct CUevent_st;
+#include "syncmem/event.hpp"
+#include "syncmem/stream.hpp"
 
 namespace syncmem::mr::detail::caching {
 
@@ -50,14 +50,14 @@ struct alignas(64) block {
   block_status status = block_status::free;
   std::uint8_t index_fl = 0;  // in a free index: the size class it is listed under
   std::uint8_t index_sl = 0;
-  std::uint32_t pending_uses = 0;  // events queued in pending_frees that must pass before reuse
-  std::vector<CUstream_st*> uses;  // streams declared with record_stream
+  std::uint32_t pending_uses = 0;   // events queued in pending_frees that must pass before reuse
+  std::vector<stream_handle> uses;  // streams declared with record_stream
 
   // Written by the thread that holds the block, read under the lock.
-  std::atomic<CUstream_st*> stream{nullptr};  // the stream it was handed out on
-  std::atomic<std::size_t> requested{0};      // bytes asked for
-  std::atomic<std::size_t> key{0};            // the request rounded to the granule
-  std::atomic<std::uint32_t> label{0};        // interned allocation label
+  std::atomic<stream_handle> stream{};    // the stream it was handed out on
+  std::atomic<std::size_t> requested{0};  // bytes asked for
+  std::atomic<std::size_t> key{0};        // the request rounded to the granule
+  std::atomic<std::uint32_t> label{0};    // interned allocation label
   // Changes whenever the block changes hands, so that a stale per-thread
   // record of it is recognised.
   std::atomic<std::uint32_t> generation{0};
@@ -78,7 +78,7 @@ struct segment {
   std::size_t size = 0;
   pool_kind kind = pool_kind::large;
   bool growable = false;
-  CUstream_st* stream = nullptr;  // the stream it was first reserved for
+  stream_handle stream{};  // the stream it was first reserved for
   block* first = nullptr;
 };
 
@@ -102,7 +102,7 @@ class block_store {
     b->status = block_status::free;
     b->pending_uses = 0;
     b->uses.clear();
-    b->stream.store(nullptr, std::memory_order_relaxed);
+    b->stream.store(stream_handle{}, std::memory_order_relaxed);
     b->requested.store(0, std::memory_order_relaxed);
     b->key.store(0, std::memory_order_relaxed);
     b->label.store(0, std::memory_order_relaxed);

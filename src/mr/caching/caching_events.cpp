@@ -8,14 +8,14 @@ namespace syncmem::mr::detail::caching {
 caching_events::caching_events(device_id device)
     : device_{device}, backend_{syncmem::detail::backend_for(device)}, index_{device.index()} {}
 
-CUevent_st* caching_events::get() {
+event_handle caching_events::get() {
   if (!spare_.empty()) {
-    CUevent_st* e = spare_.back();
+    event_handle e = spare_.back();
     spare_.pop_back();
     return e;
   }
   device_guard guard{device_};
-  CUevent_st* e = backend_.create_event(index_, false, false);
+  event_handle e = backend_.create_event(index_, false, false);
   try {
     all_.push_back(e);
     spare_.reserve(all_.size());  // so that put never allocates
@@ -27,12 +27,12 @@ CUevent_st* caching_events::get() {
   return e;
 }
 
-void caching_events::put(CUevent_st* e) noexcept {
-  if (e != nullptr && spare_.size() < spare_.capacity()) spare_.push_back(e);
+void caching_events::put(event_handle e) noexcept {
+  if (e != event_handle{} && spare_.size() < spare_.capacity()) spare_.push_back(e);
 }
 
-CUevent_st* caching_events::record_on(CUstream_st* s) {
-  CUevent_st* e = get();
+event_handle caching_events::record_on(stream_handle s) {
+  event_handle e = get();
   try {
     record(e, s);
   } catch (...) {
@@ -42,20 +42,20 @@ CUevent_st* caching_events::record_on(CUstream_st* s) {
   return e;
 }
 
-void caching_events::record(CUevent_st* e, CUstream_st* s) {
+void caching_events::record(event_handle e, stream_handle s) {
   device_guard guard{device_};
   backend_.record_event(index_, e, s);
 }
 
-bool caching_events::passed(CUevent_st* e) { return e == nullptr || backend_.event_ready(index_, e); }
+bool caching_events::passed(event_handle e) { return e == event_handle{} || backend_.event_ready(index_, e); }
 
-void caching_events::synchronize(CUevent_st* e) {
+void caching_events::synchronize(event_handle e) {
   device_guard guard{device_};
   backend_.synchronize_event(index_, e);
 }
 
-void caching_events::order_after(CUstream_st* other, CUstream_st* s) {
-  CUevent_st* e = record_on(other);
+void caching_events::order_after(stream_handle other, stream_handle s) {
+  event_handle e = record_on(other);
   try {
     wait(s, e);
   } catch (...) {
@@ -67,7 +67,7 @@ void caching_events::order_after(CUstream_st* other, CUstream_st* s) {
   put(e);
 }
 
-void caching_events::wait(CUstream_st* s, CUevent_st* e) {
+void caching_events::wait(stream_handle s, event_handle e) {
   device_guard guard{device_};
   backend_.stream_wait_event(index_, s, e);
 }
@@ -78,7 +78,7 @@ void caching_events::synchronize_device() {
 }
 
 void caching_events::destroy_all() noexcept {
-  for (CUevent_st* e : all_) {
+  for (event_handle e : all_) {
     try {
       device_guard guard{device_};
       backend_.destroy_event(index_, e);

@@ -8,9 +8,6 @@
 #include "backend/backend.hpp"
 #include "syncmem/device.hpp"
 
-struct CUevent_st;
-struct CUstream_st;
-
 namespace syncmem::mr::detail::caching {
 
 class caching_events {
@@ -20,20 +17,20 @@ class caching_events {
   caching_events& operator=(const caching_events&) = delete;
 
   // A spare event, or a new one.
-  [[nodiscard]] CUevent_st* get();
+  [[nodiscard]] event_handle get();
   // Gives an event back for reuse; never allocates.
-  void put(CUevent_st* e) noexcept;
+  void put(event_handle e) noexcept;
   // A spare event recorded on `s` now (given back if recording fails).
-  [[nodiscard]] CUevent_st* record_on(CUstream_st* s);
-  void record(CUevent_st* e, CUstream_st* s);
+  [[nodiscard]] event_handle record_on(stream_handle s);
+  void record(event_handle e, stream_handle s);
   // Whether the work before `e` is done (nullptr: nothing to wait for).
-  [[nodiscard]] bool passed(CUevent_st* e);
+  [[nodiscard]] bool passed(event_handle e);
   // Blocks until the work before `e` is done.
-  void synchronize(CUevent_st* e);
+  void synchronize(event_handle e);
   // Makes `s` wait for the work enqueued on `other` so far.
-  void order_after(CUstream_st* other, CUstream_st* s);
+  void order_after(stream_handle other, stream_handle s);
   // Makes `s` wait for `e`.
-  void wait(CUstream_st* s, CUevent_st* e);
+  void wait(stream_handle s, event_handle e);
   // Blocks until the device is idle (when an event could not be recorded).
   void synchronize_device();
   // Destroys every event made; for the allocator's destructor, once the device is idle.
@@ -46,8 +43,8 @@ class caching_events {
   const device_id device_;
   syncmem::detail::backend& backend_;
   const int index_;
-  std::vector<CUevent_st*> spare_;
-  std::vector<CUevent_st*> all_;
+  std::vector<event_handle> spare_;
+  std::vector<event_handle> all_;
 };
 
 }  // namespace syncmem::mr::detail::caching

@@ -65,7 +65,7 @@ caching_state::caching_state(device_id device, caching_options options, memory_r
       caches_{id_, options_.thread_cache_size} {}
 
 void caching_state::start() {
-  observer_ = syncmem::detail::add_stream_observer([this](device_id d, CUstream_st* s) {
+  observer_ = syncmem::detail::add_stream_observer([this](device_id d, stream_handle s) {
     if (d == device_) release_stream(s);
   });
 }
@@ -115,7 +115,7 @@ void* caching_state::allocate(std::size_t bytes, stream_view s) {
     throw_out_of_memory(bytes, bytes);
   }
   const std::size_t key = round_up(bytes, granule);
-  CUstream_st* const stream = s.native_handle();
+  stream_handle const stream = s.handle();
   thread_cache* const tc = caches_.of_this_thread(*this);
   // Whether the block may come back to this thread's cache when freed: only
   // if its (stream, size) has a bin. Only then is it worth recording.
@@ -143,11 +143,11 @@ void caching_state::deallocate(void* p, std::size_t bytes, stream_view s) noexce
     // no cache; the slow path frees it
     syncmem::detail::log_ignored("finding this thread's cache for a free");
   }
-  if (tc != nullptr && tc->give_back(p, bytes, s.native_handle())) return;
+  if (tc != nullptr && tc->give_back(p, bytes, s.handle())) return;
   try {
     std::lock_guard lock{mutex_};
     if (tc != nullptr) totals_.fold(*tc);
-    free_live(p, s.native_handle());
+    free_live(p, s.handle());
   } catch (const std::exception& e) {
     try {
       syncmem::detail::report_failure(e, "{}: deallocate of {} failed: {}", name_, p, e.what());
@@ -170,7 +170,7 @@ caching_state::handed caching_state::allocate_slow(std::size_t bytes, std::size_
                                       ? small_request_limit_from_idle
                                       : small_request_limit;
   const pool_kind kind = key <= small_limit ? pool_kind::small : pool_kind::large;
-  stream_pool& pool = pools_.pool_for(s.native_handle());
+  stream_pool& pool = pools_.pool_for(s.handle());
   // The common case inline: a free block of this stream's own pool.
   block* b = pools_.take_free(pool, kind, key);
   if (b != nullptr) [[likely]] {
@@ -179,7 +179,7 @@ caching_state::handed caching_state::allocate_slow(std::size_t bytes, std::size_
     b = find_or_grow(kind, key, bytes, pool, s);
   }
   try {
-    hand_out(b, bytes, key, s.native_handle());
+    hand_out(b, bytes, key, s.handle());
   } catch (...) {
     pools_.free_block(b, pool);
     throw;
@@ -204,7 +204,7 @@ block* caching_state::find_or_grow(pool_kind kind, std::size_t key, std::size_t 
   return b;
 }
 
-void caching_state::hand_out(block* b, std::size_t bytes, std::size_t key, CUstream_st* s) {
+void caching_state::hand_out(block* b, std::size_t bytes, std::size_t key, stream_handle s) {
   live_.insert(b->ptr, b);
   b->status = block_status::allocated;
   b->owner = nullptr;
@@ -215,7 +215,7 @@ void caching_state::hand_out(block* b, std::size_t bytes, std::size_t key, CUstr
   totals_.hand_out(b->size, bytes);
 }
 
-void caching_state::free_live(void* p, CUstream_st* s) {
+void caching_state::free_live(void* p, stream_handle s) {
   stream_pool& pool = pools_.pool_for(s);
   block* const b = live_.erase(reinterpret_cast<std::uintptr_t>(p));
   if (b == nullptr) {
@@ -258,14 +258,14 @@ block* caching_state::steal(pool_kind kind, std::size_t key, stream_pool& pool, 
   const bool captures = syncmem::detail::captures_open();
   for (const auto& [stream, other] : pools_.live()) {
     if (other.get() == &pool || other->index(kind).empty()) continue;
-    CUstream_st* const from = stream;
+    stream_handle const from = stream;
     // An event recorded on a capturing stream would pull `s` into the capture.
     if (captures && syncmem::detail::backend_for(device_).stream_capturing(device_.index(), from)) continue;
-    if (block* b = take(*other, [&] { events_.order_after(from, s.native_handle()); })) return b;
+    if (block* b = take(*other, [&] { events_.order_after(from, s.handle()); })) return b;
   }
   for (const auto& other : pools_.retired()) {
     const stream_pool& retired = *other;
-    if (block* b = take(*other, [&] { events_.wait(s.native_handle(), retired.retire_event); })) return b;
+    if (block* b = take(*other, [&] { events_.wait(s.handle(), retired.retire_event); })) return b;
   }
   return nullptr;
 }
@@ -388,13 +388,13 @@ bool caching_state::merge_into_idle(stream_pool& retired) noexcept {
   if (!pools_.merge_into_idle(retired)) return false;
   pending_.move_owner(retired, pools_.idle());
   events_.put(retired.retire_event);
-  retired.retire_event = nullptr;
+  retired.retire_event = event_handle{};
   return true;
 }
 
 // A stream is being destroyed (its handle may be reused at once by a new
 // stream): nothing of it may stay keyed by the handle.
-void caching_state::release_stream(CUstream_st* handle) noexcept {
+void caching_state::release_stream(stream_handle handle) noexcept {
   try {
     std::lock_guard lock{mutex_};
     return_cached(caches_.take_stream(handle));  // blocks freed on it that wait in per-thread caches
@@ -402,14 +402,14 @@ void caching_state::release_stream(CUstream_st* handle) noexcept {
     retire_pool(handle);
   } catch (const std::exception& e) {
     try {
-      syncmem::detail::report_failure(e, "{}: releasing stream {} failed: {}", name_, static_cast<const void*>(handle),
-                                      e.what());
+      syncmem::detail::report_failure(e, "{}: releasing stream {:#x} failed: {}", name_,
+                                      static_cast<std::uintptr_t>(handle), e.what());
     } catch (...) {  // NOLINT(bugprone-empty-catch)
     }
   }
 }
 
-void caching_state::retire_pool(CUstream_st* handle) {
+void caching_state::retire_pool(stream_handle handle) {
   stream_pool* const retired = pools_.retire(handle);
   if (retired == nullptr) return;
   retired->retire_event = events_.get();
@@ -422,7 +422,7 @@ void caching_state::retire_pool(CUstream_st* handle) {
                                     name_, e.what());
     events_.synchronize_device();
     events_.put(retired->retire_event);
-    retired->retire_event = nullptr;
+    retired->retire_event = event_handle{};
     if (merge_into_idle(*retired)) pools_.drop_retired_if([retired](const stream_pool& p) { return &p == retired; });
   }
 }
@@ -434,7 +434,7 @@ void caching_state::record_stream(void* p, stream_view s) {
   block* const b = live_.find(reinterpret_cast<std::uintptr_t>(p));
   SYNCMEM_EXPECTS(b != nullptr,
                   fmt::format("{}: record_stream of {}, which is not a live allocation of this resource", name_, p));
-  pending_.add_use(b, s.native_handle());
+  pending_.add_use(b, s.handle());
 }
 
 // The calling thread's record first (it allocated `p`: no lock), then the

@@ -53,7 +53,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   void deallocate(void* p, std::size_t bytes, stream_view s) noexcept;
   void record_stream(void* p, stream_view s);
   [[nodiscard]] std::optional<live_allocation> allocation_info(const void* p) const;
-  void release_stream(CUstream_st* handle) noexcept;
+  void release_stream(stream_handle handle) noexcept;
   std::size_t trim(std::size_t max_cached_bytes);
   void set_limit(std::optional<std::size_t> limit_bytes) noexcept { reserved_.set_limit(limit_bytes); }
   [[nodiscard]] std::optional<std::size_t> limit() const noexcept { return reserved_.limit(); }
@@ -87,8 +87,8 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   [[nodiscard]] live_allocation describe_live(const block* b) const noexcept;
   handed allocate_slow(std::size_t bytes, std::size_t key, stream_view s, thread_cache* tc, std::uint32_t label);
   block* find_or_grow(pool_kind kind, std::size_t key, std::size_t bytes, stream_pool& pool, stream_view s);
-  void hand_out(block* b, std::size_t bytes, std::size_t key, CUstream_st* s);
-  void free_live(void* p, CUstream_st* s);
+  void hand_out(block* b, std::size_t bytes, std::size_t key, stream_handle s);
+  void free_live(void* p, stream_handle s);
   // A cached block for the request: the stream's own pool, then find_elsewhere.
   block* find_cached(pool_kind kind, std::size_t key, stream_pool& pool, stream_view s);
   // The idle pool, then other streams' free memory (steal).
@@ -103,7 +103,7 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   void process_pending();
   void wait_pending();
   bool merge_into_idle(stream_pool& retired) noexcept;
-  void retire_pool(CUstream_st* handle);
+  void retire_pool(stream_handle handle);
   std::size_t release_free(std::size_t max_cached_bytes);
   std::size_t release_idle_segments();
 

@@ -53,7 +53,7 @@ block* device_segments::grow(pool_kind kind, std::size_t size, stream_pool& pool
     pools_.blocks().release(b);
     return nullptr;
   }
-  *seg = segment{reinterpret_cast<std::uintptr_t>(p), size, kind, false, s.native_handle(), b};
+  *seg = segment{reinterpret_cast<std::uintptr_t>(p), size, kind, false, s.handle(), b};
   b->ptr = seg->base;
   b->size = size;
   b->seg = seg.get();

@@ -64,7 +64,7 @@ bool growable_range::reserve_range() {
     pools_.blocks().release(u);
     throw;
   }
-  *seg = segment{reinterpret_cast<std::uintptr_t>(base), size, pool_kind::large, true, nullptr, u};
+  *seg = segment{reinterpret_cast<std::uintptr_t>(base), size, pool_kind::large, true, stream_handle{}, u};
   u->ptr = seg->base;
   u->size = size;
   u->seg = seg.get();

@@ -173,7 +173,7 @@ class growable_range {
   // The pages one growth moved, left mapped at their old place until the
   // work enqueued before the growth has passed.
   struct move_out {
-    CUevent_st* passed = nullptr;   // recorded on the growing stream after its waits
+    event_handle passed{};          // recorded on the growing stream after its waits
     std::vector<block*> stretches;  // their old places, status moving
   };
   std::vector<move_out> moving_;

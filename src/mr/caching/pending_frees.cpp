@@ -12,13 +12,13 @@ namespace syncmem::mr::detail::caching {
 pending_frees::pending_frees(caching_events& events, stream_pools& pools, std::string name)
     : events_{events}, pools_{pools}, name_{std::move(name)}, uses_{recycled_events{&events}} {}
 
-void pending_frees::add_use(block* b, CUstream_st* s) {
+void pending_frees::add_use(block* b, stream_handle s) {
   with_uses_.insert(b);
   if (std::find(b->uses.begin(), b->uses.end(), s) == b->uses.end()) b->uses.push_back(s);
   b->needs_slow_free.store(true, std::memory_order_release);
 }
 
-bool pending_frees::hold(block* b, CUstream_st* freed_on, stream_pool& pool) noexcept {
+bool pending_frees::hold(block* b, stream_handle freed_on, stream_pool& pool) noexcept {
   b->needs_slow_free.store(false, std::memory_order_relaxed);
   with_uses_.erase(b);
   record_uses(b, freed_on);
@@ -30,8 +30,8 @@ bool pending_frees::hold(block* b, CUstream_st* freed_on, stream_pool& pool) noe
   return true;
 }
 
-void pending_frees::add_event(block* b, CUstream_st* s) {
-  CUevent_st* e = events_.record_on(s);
+void pending_frees::add_event(block* b, stream_handle s) {
+  event_handle e = events_.record_on(s);
   try {
     uses_.add({events_.device(), s}, std::move(e), b);
   } catch (...) {
@@ -41,16 +41,17 @@ void pending_frees::add_event(block* b, CUstream_st* s) {
 }
 
 // Uses on other streams: the block waits for events recorded now.
-void pending_frees::record_uses(block* b, CUstream_st* freed_on) noexcept {
-  for (CUstream_st* use : b->uses) {
+void pending_frees::record_uses(block* b, stream_handle freed_on) noexcept {
+  for (stream_handle use : b->uses) {
     if (use == freed_on) continue;
     try {
       add_event(b, use);
     } catch (const std::exception& e) {
       syncmem::detail::report_failure(e,
-                                      "{}: recording the use of {} on stream {} failed ({}); waiting for the "
+                                      "{}: recording the use of {} on stream {:#x} failed ({}); waiting for the "
                                       "device instead",
-                                      name_, reinterpret_cast<void*>(b->ptr), static_cast<const void*>(use), e.what());
+                                      name_, reinterpret_cast<void*>(b->ptr), static_cast<std::uintptr_t>(use),
+                                      e.what());
       wait_for_device();
     } catch (...) {
       wait_for_device();
@@ -67,7 +68,7 @@ void pending_frees::wait_for_device() noexcept {
   }
 }
 
-void pending_frees::stream_gone(CUstream_st* s) {
+void pending_frees::stream_gone(stream_handle s) {
   for (block* b : with_uses_) {
     auto use = std::find(b->uses.begin(), b->uses.end(), s);
     if (use == b->uses.end()) continue;

@@ -25,12 +25,12 @@ class pending_frees {
   pending_frees& operator=(const pending_frees&) = delete;
 
   // `s` uses the handed-out block `b` (its free then takes the slow path).
-  void add_use(block* b, CUstream_st* s);
+  void add_use(block* b, stream_handle s);
   // `b`, which has uses, is freed on `freed_on` for `pool`: true when it must
   // wait for other streams, and waits on the list; false when it is free now.
-  bool hold(block* b, CUstream_st* freed_on, stream_pool& pool) noexcept;
+  bool hold(block* b, stream_handle freed_on, stream_pool& pool) noexcept;
   // The stream `s` is being destroyed: what it still has to do becomes events.
-  void stream_gone(CUstream_st* s);
+  void stream_gone(stream_handle s);
   // Moves every block whose events have passed into its pool.
   void collect();
   // Blocks until every pending block's events have passed.
@@ -44,17 +44,17 @@ class pending_frees {
  private:
   // The allocator's own events, on its one device.
   struct recycled_events {
-    using event_type = CUevent_st*;
+    using event_type = event_handle;
     caching_events* events;
 
-    [[nodiscard]] bool passed(CUevent_st* e) const { return events->passed(e); }
-    void wait(CUevent_st* e) const { events->synchronize(e); }
-    void release(CUevent_st*&& e) const noexcept { events->put(e); }
+    [[nodiscard]] bool passed(event_handle e) const { return events->passed(e); }
+    void wait(event_handle e) const { events->synchronize(e); }
+    void release(event_handle&& e) const noexcept { events->put(e); }
   };
 
-  void record_uses(block* b, CUstream_st* freed_on) noexcept;
+  void record_uses(block* b, stream_handle freed_on) noexcept;
   // Queues an event recorded on `s` now as a use of `b`.
-  void add_event(block* b, CUstream_st* s);
+  void add_event(block* b, stream_handle s);
   void wait_for_device() noexcept;
 
   caching_events& events_;

@@ -66,7 +66,7 @@ private_pool::~private_pool() {
   }
 }
 
-void* private_pool::allocate(std::size_t bytes, CUstream_st* s, std::uint64_t capture) {
+void* private_pool::allocate(std::size_t bytes, stream_handle s, std::uint64_t capture) {
   const std::size_t size = rounded(bytes);
   std::lock_guard lock{mutex_};
   // The smallest reusable free block that wastes at most half of itself.
@@ -106,13 +106,13 @@ void* private_pool::allocate(std::size_t bytes, CUstream_st* s, std::uint64_t ca
         pool_id_);
     SYNCMEM_OUT_OF_MEMORY(std::move(info));
   }
-  blocks_.emplace(p, block{size, bytes, s, false, capture, 0, nullptr});
+  blocks_.emplace(p, block{size, bytes, s, false, capture, 0, stream_handle{}});
   usage_->reserved.fetch_add(size);
   usage_->allocated.fetch_add(size);
   return p;
 }
 
-void private_pool::deallocate(void* p, CUstream_st* s, std::uint64_t capture) noexcept {
+void private_pool::deallocate(void* p, stream_handle s, std::uint64_t capture) noexcept {
   std::lock_guard lock{mutex_};
   const auto it = blocks_.find(p);
   if (it == blocks_.end() || it->second.free) return;
@@ -120,7 +120,7 @@ void private_pool::deallocate(void* p, CUstream_st* s, std::uint64_t capture) no
   // Reusable at once by the capture that allocated it only where that capture
   // freed it, on the stream that will allocate; by any later capture always.
   it->second.freed_in = it->second.allocated_in;
-  it->second.freed_on = capture == it->second.allocated_in ? s : nullptr;
+  it->second.freed_on = capture == it->second.allocated_in ? s : stream_handle{};
   usage_->allocated.fetch_sub(it->second.size);
 }
 
@@ -149,13 +149,13 @@ void* private_pools::allocate(std::size_t bytes, stream_view s, const syncmem::d
       by_pool_[capture.pool->id] = pool;
     }
   }
-  void* p = pool->allocate(bytes, s.native_handle(), capture.number);
+  void* p = pool->allocate(bytes, s.handle(), capture.number);
   try {
     std::lock_guard lock{mutex_};
     live_.emplace(p, pool);
     live_count_.fetch_add(1);
   } catch (...) {
-    pool->deallocate(p, s.native_handle(), capture.number);
+    pool->deallocate(p, s.handle(), capture.number);
     throw;
   }
   return p;
@@ -175,7 +175,7 @@ bool private_pools::deallocate(void* p, std::size_t bytes, stream_view s) noexce
       }
       if (pool) {
         const auto capture = syncmem::detail::capture_on(s);
-        pool->deallocate(p, s.native_handle(), capture ? capture->number : 0);
+        pool->deallocate(p, s.handle(), capture ? capture->number : 0);
         return true;  // the pool goes here if its graphs are gone
       }
     }

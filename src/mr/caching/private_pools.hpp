@@ -58,23 +58,23 @@ class private_pool {
 
   // A block of at least `bytes` for capture number `capture` on stream `s`.
   // @throws syncmem::out_of_memory naming the capture when the device has no room
-  [[nodiscard]] void* allocate(std::size_t bytes, CUstream_st* s, std::uint64_t capture);
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_handle s, std::uint64_t capture);
   // `p`, a block of this pool, is free: freed on `s`, during capture number
   // `capture` (0: outside any capture). While the capture that allocated it
   // is open, it is reused only when that capture freed it, and only on `s`.
-  void deallocate(void* p, CUstream_st* s, std::uint64_t capture) noexcept;
+  void deallocate(void* p, stream_handle s, std::uint64_t capture) noexcept;
   // `p` as caching_resource::allocation_info answers; nullopt unless it is a live block here.
   [[nodiscard]] std::optional<live_allocation> info(const void* p);
 
  private:
   struct block {
     std::size_t size = 0;
-    std::size_t requested = 0;      // while handed out
-    CUstream_st* stream = nullptr;  // the stream it was handed out on
+    std::size_t requested = 0;  // while handed out
+    stream_handle stream{};     // the stream it was handed out on
     bool free = false;
-    std::uint64_t allocated_in = 0;   // the capture it was last handed to
-    std::uint64_t freed_in = 0;       // allocated_in when it was freed
-    CUstream_st* freed_on = nullptr;  // the stream that freed it in that capture, or null
+    std::uint64_t allocated_in = 0;  // the capture it was last handed to
+    std::uint64_t freed_in = 0;      // allocated_in when it was freed
+    stream_handle freed_on{};        // the stream that freed it in that capture, or null
   };
 
   device_id device_;

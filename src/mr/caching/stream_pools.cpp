@@ -16,7 +16,7 @@ stream_pools::stream_pools(std::size_t max_split_size) : max_split_size_{max_spl
   idle_.kind = stream_pool::role::idle;
 }
 
-stream_pool& stream_pools::find_or_make_pool(CUstream_st* s) {
+stream_pool& stream_pools::find_or_make_pool(stream_handle s) {
   auto it = live_.find(s);
   if (it == live_.end()) {
     auto fresh = std::make_unique<stream_pool>();
@@ -99,7 +99,7 @@ block* stream_pools::free_block(block* b, stream_pool& pool) noexcept {
   return b;
 }
 
-stream_pool* stream_pools::retire(CUstream_st* s) {
+stream_pool* stream_pools::retire(stream_handle s) {
   auto it = live_.find(s);
   if (it == live_.end()) return nullptr;
   retired_.reserve(retired_.size() + 1);  // nothing lost if this throws

@@ -20,9 +20,9 @@ namespace syncmem::mr::detail::caching {
 
 struct stream_pool {
   enum class role : std::uint8_t { live, retired, idle };
-  CUstream_st* stream = nullptr;
+  stream_handle stream{};
   role kind = role::live;
-  CUevent_st* retire_event = nullptr;
+  event_handle retire_event{};
   free_index small;
   free_index large;
 
@@ -32,7 +32,7 @@ struct stream_pool {
 
 class stream_pools {
  public:
-  using live_map = std::unordered_map<CUstream_st*, std::unique_ptr<stream_pool>>;
+  using live_map = std::unordered_map<stream_handle, std::unique_ptr<stream_pool>>;
   using retired_list = std::vector<std::unique_ptr<stream_pool>>;
 
   // Large blocks over max_split_size are kept whole (unless growable).
@@ -40,7 +40,7 @@ class stream_pools {
 
   // The pool of a live stream, made on first use. Inline for the common case,
   // the stream of the last call.
-  [[nodiscard]] stream_pool& pool_for(CUstream_st* s) {
+  [[nodiscard]] stream_pool& pool_for(stream_handle s) {
     if (last_ != nullptr && last_->stream == s) [[likely]]
       return *last_;
     return find_or_make_pool(s);
@@ -60,7 +60,7 @@ class stream_pools {
   block* free_block(block* b, stream_pool& pool) noexcept;
 
   // Moves the pool of a destroyed stream to the retired list (nullptr: it had none).
-  stream_pool* retire(CUstream_st* s);
+  stream_pool* retire(stream_handle s);
   // Moves a retired pool's blocks into the idle pool; false when out of host memory.
   bool merge_into_idle(stream_pool& retired) noexcept;
   // Drops the retired pools for which done(pool) says true.
@@ -80,7 +80,7 @@ class stream_pools {
  private:
   template <class F>
   void for_each_pool(F&& f) const;
-  stream_pool& find_or_make_pool(CUstream_st* s);
+  stream_pool& find_or_make_pool(stream_handle s);
   // `into` grows over its neighbour `gone`, whose record goes.
   block* absorb(block* into, block* gone) noexcept;
 

@@ -36,7 +36,7 @@ inline constexpr std::size_t bin_bytes = std::size_t{32} << 20;  // a bin holds 
 
 // Blocks freed on one stream for requests of one rounded size.
 struct bin {
-  CUstream_st* stream = nullptr;
+  stream_handle stream{};
   std::size_t key = 0;  // 0: an unused slot of the table
   std::uint32_t count = 0;
   std::uint32_t capacity = 0;
@@ -47,7 +47,7 @@ struct bin {
 // one by one; the table is rebuilt without its empty bins when it fills up.
 class bin_table {
  public:
-  [[nodiscard]] bin* find(CUstream_st* s, std::size_t key) noexcept {
+  [[nodiscard]] bin* find(stream_handle s, std::size_t key) noexcept {
     if (slots_.empty()) return nullptr;
     const std::size_t mask = slots_.size() - 1;
     for (std::size_t i = hash(s, key) & mask;; i = (i + 1) & mask) {
@@ -58,7 +58,7 @@ class bin_table {
   }
 
   // May allocate (grow the table).
-  [[nodiscard]] bin* find_or_add(CUstream_st* s, std::size_t key) {
+  [[nodiscard]] bin* find_or_add(stream_handle s, std::size_t key) {
     if (bin* b = find(s, key)) return b;
     if ((used_ + 1) * 2 > slots_.size()) rebuild();
     const std::size_t mask = slots_.size() - 1;
@@ -84,7 +84,7 @@ class bin_table {
 
   // Takes out the blocks of one stream.
   template <class F>
-  void drain_stream(CUstream_st* s, F&& f) {
+  void drain_stream(stream_handle s, F&& f) {
     for (bin& b : slots_) {
       if (b.key == 0 || b.stream != s) continue;
       for (std::uint32_t i = 0; i < b.count; ++i) f(b.stream, b.items[i]);
@@ -93,10 +93,9 @@ class bin_table {
   }
 
  private:
-  static std::size_t hash(CUstream_st* s, std::size_t key) noexcept {
-    const std::uint64_t h =
-        (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(s)) >> 4) * 0x9E3779B97F4A7C15ULL ^
-        (static_cast<std::uint64_t>(key) / granule) * 0xC2B2AE3D27D4EB4FULL;
+  static std::size_t hash(stream_handle s, std::size_t key) noexcept {
+    const std::uint64_t h = (static_cast<std::uint64_t>(static_cast<std::uintptr_t>(s)) >> 4) * 0x9E3779B97F4A7C15ULL ^
+                            (static_cast<std::uint64_t>(key) / granule) * 0xC2B2AE3D27D4EB4FULL;
     return static_cast<std::size_t>(h ^ (h >> 31));
   }
 
@@ -225,7 +224,7 @@ struct thread_cache {
   // size): sizes that recur are cached, one-off sizes (random churn) do not
   // fill the cache.
   struct recent_miss {
-    CUstream_st* stream = nullptr;
+    stream_handle stream{};
     std::size_t key = 0;
   };
   std::array<recent_miss, 256> recent_misses{};
@@ -256,7 +255,7 @@ struct thread_cache {
 
   // A block cached for (s, key), or nullptr. Sets `cacheable` when (s, key)
   // has a bin, so that the block handed out for it may come back here.
-  [[nodiscard]] block* take(CUstream_st* s, std::size_t key, bool& cacheable) noexcept {
+  [[nodiscard]] block* take(stream_handle s, std::size_t key, bool& cacheable) noexcept {
     bin* const found = bins.find(s, key);  // bins are added and moved by this thread only: no lock to find one
     if (found == nullptr) {
       cacheable = note_miss(s, key);
@@ -272,7 +271,7 @@ struct thread_cache {
 
   // Hands out a block that take() returned; true when this thread's totals
   // reach a new high, which the resource's totals (and peaks) must see.
-  [[nodiscard]] bool hand_out(block* b, CUstream_st* s, std::size_t bytes, std::uint32_t label) noexcept {
+  [[nodiscard]] bool hand_out(block* b, stream_handle s, std::size_t bytes, std::uint32_t label) noexcept {
     b->stream.store(s, std::memory_order_relaxed);
     b->requested.store(bytes, std::memory_order_relaxed);
     b->label.store(label, std::memory_order_relaxed);
@@ -302,7 +301,7 @@ struct thread_cache {
 
   // Keeps a freed block if this thread handed it out, it needs nothing from
   // the resource, and its bin and the budget have room; false otherwise.
-  [[nodiscard]] bool give_back(void* p, std::size_t bytes, CUstream_st* s) noexcept {
+  [[nodiscard]] bool give_back(void* p, std::size_t bytes, stream_handle s) noexcept {
     const auto address = reinterpret_cast<std::uintptr_t>(p);
     const auto* record = handed_out.find(address);
     if (record == nullptr) return false;
@@ -325,8 +324,8 @@ struct thread_cache {
 
  private:
   // A bin is made on the second miss of its (stream, size).
-  bool note_miss(CUstream_st* s, std::size_t key) noexcept {
-    auto& recent = recent_misses[(key / granule * 31 + (reinterpret_cast<std::uintptr_t>(s) >> 4)) & 255];
+  bool note_miss(stream_handle s, std::size_t key) noexcept {
+    auto& recent = recent_misses[(key / granule * 31 + (static_cast<std::uintptr_t>(s) >> 4)) & 255];
     if (recent.key != key || recent.stream != s) {
       recent = {s, key};
       return false;
@@ -335,7 +334,7 @@ struct thread_cache {
   }
 
   // Out of line: the lock and the table's growth would make every miss save registers.
-  [[gnu::noinline]] bool add_bin(CUstream_st* s, std::size_t key) noexcept {
+  [[gnu::noinline]] bool add_bin(stream_handle s, std::size_t key) noexcept {
     try {
       std::lock_guard guard{lock};
       (void)bins.find_or_add(s, key);

@@ -15,7 +15,7 @@ namespace {
 
 // Takes every block out of a cache's bins (under its lock).
 void drain_locked(thread_cache& c, drained_blocks& out) {
-  c.bins.drain([&out](CUstream_st* s, block* b) { out.emplace_back(s, b); });
+  c.bins.drain([&out](stream_handle s, block* b) { out.emplace_back(s, b); });
   c.cached_bytes = 0;
 }
 
@@ -106,12 +106,12 @@ drained_blocks thread_caches::take_all(bool wait) {
   return drained;
 }
 
-drained_blocks thread_caches::take_stream(CUstream_st* s) {
+drained_blocks thread_caches::take_stream(stream_handle s) {
   drained_blocks drained;
   for (auto& c : copy()) {
     std::lock_guard lock{c->lock};
     if (c->dead) continue;
-    c->bins.drain_stream(s, [&](CUstream_st* stream, block* b) {
+    c->bins.drain_stream(s, [&](stream_handle stream, block* b) {
       drained.emplace_back(stream, b);
       c->cached_bytes -= b->size;
     });

@@ -27,7 +27,7 @@ extern constinit thread_local thread_cache* cache;
 extern constinit thread_local bool exited;  // its caches are gone: it is exiting
 }  // namespace this_thread
 
-using drained_blocks = std::vector<std::pair<CUstream_st*, block*>>;
+using drained_blocks = std::vector<std::pair<stream_handle, block*>>;
 
 class thread_caches {
  public:
@@ -51,7 +51,7 @@ class thread_caches {
   // Every cached block; without `wait`, caches in use by their thread are skipped.
   [[nodiscard]] drained_blocks take_all(bool wait);
   // The cached blocks of one stream.
-  [[nodiscard]] drained_blocks take_stream(CUstream_st* s);
+  [[nodiscard]] drained_blocks take_stream(stream_handle s);
   // Every cached block, and no cache takes more: the allocator is going.
   [[nodiscard]] drained_blocks close();
   // Drops an exited thread's cache, after absorb(cache) has taken its counts.

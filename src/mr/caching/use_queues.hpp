@@ -29,19 +29,18 @@
 
 #include "backend/cuda_stream_handles.hpp"
 #include "syncmem/device_id.hpp"
-
-struct CUstream_st;
+#include "syncmem/stream.hpp"
 
 namespace syncmem::mr::detail::caching {
 
 // A stream, as a key: events recorded on one stream complete in order.
 struct stream_key {
   device_id device;
-  CUstream_st* handle;
+  stream_handle handle;
 
   friend bool operator<(const stream_key& a, const stream_key& b) noexcept {
     if (a.device != b.device) return a.device < b.device;
-    return std::less<CUstream_st*>{}(a.handle, b.handle);
+    return std::less<stream_handle>{}(a.handle, b.handle);
   }
 };
 
@@ -136,7 +135,7 @@ class use_queues {
 
   // cudaStreamPerThread names a different stream on every thread: events
   // queued under that handle are not in one stream's order.
-  static bool names_one_stream(CUstream_st* handle) noexcept {
+  static bool names_one_stream(stream_handle handle) noexcept {
     return handle != syncmem::detail::cuda_per_thread_stream();
   }
 
