@@ -92,15 +92,16 @@ void register_fit(const options& o, const method& m, std::shared_ptr<const alloc
                                  : ""));
                        }
                        // Up to 4x the peak, which every allocator measured so far stays well
-                       // under (H100 replays: 2.5 at most), and never past the device.
-                       const std::size_t cap = std::min(4 * peak, total / MiB * MiB);
+                       // under (H100 replays: 2.5 at most), and never past the device; whole
+                       // MiB, as RMM's pool takes only multiples of 256 bytes.
+                       const std::size_t cap = std::max(std::min(4 * peak, total) / MiB * MiB, peak);
                        // Finer than the differences between allocators, coarse enough to take
                        // about 10 tries.
                        const std::size_t tolerance = std::max(2 * MiB, peak / 200);
                        fit_search_result r;
                        const unpoisoned_emulated_memory unpoisoned{device};
                        for (auto _ : state) {
-                         r = find_smallest_fit(std::min(peak, cap), cap, tolerance, MiB,
+                         r = find_smallest_fit(peak, cap, tolerance, MiB,
                                                [&](std::size_t limit) { return completes(m, device, *trace, limit); });
                        }
                        if (!r.limit) {

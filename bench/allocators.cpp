@@ -4,7 +4,8 @@
 // and RMM's pool, arena, binning and cuda_async resources, each on the
 // same workload in the same run. On emulated devices the alternatives are the
 // emulated source resource and the emulated stream-ordered pool, and the
-// figures measure the allocators' own host work.
+// figures measure the allocators' own host work. The methods are made in
+// allocator_methods.cpp; allocator_fit.cpp holds the alloc/fit suite.
 //
 //   alloc/pair/<method>/<size>       allocate + free of one size on one stream
 //   alloc/churn/<method>/64slots     random allocate or free over 64 slots, 256 B..16 MiB (per op)
