@@ -66,6 +66,17 @@ class resource_under_test final : public allocator_under_test {
   mr::memory_resource* use_;
 };
 
+#if defined(SYNCMEM_BENCH_HAS_TORCH) || defined(SYNCMEM_BENCH_HAS_RMM)
+// What a bridge's allocator could not serve, as syncmem's allocators say it.
+[[noreturn]] void bridge_out_of_memory(std::size_t bytes, device_id device, const char* allocator) {
+  oom_info info;
+  info.requested = bytes;
+  info.device = device;
+  info.resource = allocator;
+  SYNCMEM_OUT_OF_MEMORY(std::move(info));
+}
+#endif
+
 #ifdef SYNCMEM_BENCH_HAS_TORCH
 // PyTorch's allocator, emptied and with its peaks reset when made, and
 // emptied again when done with, so that runs do not see each other's cache.
@@ -99,7 +110,7 @@ class torch_under_test final : public allocator_under_test {
   }
   void* allocate(std::size_t bytes, stream_view s) override {
     void* p = torch_bridge::allocate(bytes, s.native_handle());
-    if (p == nullptr) throw std::bad_alloc{};
+    if (p == nullptr) bridge_out_of_memory(bytes, device_, "PyTorch's CUDA caching allocator");
     return p;
   }
   void deallocate(void* p, std::size_t, stream_view) override { torch_bridge::deallocate(p); }
@@ -121,14 +132,18 @@ class torch_under_test final : public allocator_under_test {
 // maximum_pool_size) for the fit only.
 class rmm_under_test final : public allocator_under_test {
  public:
-  rmm_under_test(const char* kind, device_id device, bool counted, std::size_t limit = 0) {
+  rmm_under_test(const char* kind, device_id device, bool counted, std::size_t limit = 0) : device_{device} {
     char error[512] = {};
     resource_ = rmm_bridge::create(kind, device.index(), counted, limit, error, sizeof error);
     if (resource_ == nullptr) SYNCMEM_UNSUPPORTED(fmt::format("RMM's {} resource: {}", kind, error));
   }
   ~rmm_under_test() override { rmm_bridge::destroy(resource_); }
   void* allocate(std::size_t bytes, stream_view s) override {
-    return rmm_bridge::allocate(resource_, bytes, s.native_handle());
+    try {
+      return rmm_bridge::allocate(resource_, bytes, s.native_handle());
+    } catch (const std::bad_alloc&) {  // rmm::out_of_memory, or a CUDA allocation error
+      bridge_out_of_memory(bytes, device_, "RMM");
+    }
   }
   void deallocate(void* p, std::size_t bytes, stream_view s) override {
     rmm_bridge::deallocate(resource_, p, bytes, s.native_handle());
@@ -140,6 +155,7 @@ class rmm_under_test final : public allocator_under_test {
   }
 
  private:
+  device_id device_;
   void* resource_ = nullptr;
 };
 #endif

@@ -23,8 +23,9 @@ struct peaks {
   std::size_t allocated = 0;
 };
 
-// An allocator as the benchmarks drive it. allocate throws std::bad_alloc
-// (syncmem::out_of_memory for syncmem's resources) when it cannot serve.
+// An allocator as the benchmarks drive it. allocate throws
+// syncmem::out_of_memory when it cannot serve (PyTorch's and RMM's failures
+// are turned into one), any other exception when something else went wrong.
 class allocator_under_test {
  public:
   allocator_under_test() = default;
