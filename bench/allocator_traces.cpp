@@ -3,14 +3,19 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <sstream>
 #include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "bench.hpp"
+#include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::bench {
@@ -278,6 +283,38 @@ allocation_trace from_events(std::string name, const std::vector<mr::trace_event
   }
   for (const auto& [pointer, slot] : slots) r.free(slot);
   return t;
+}
+
+std::vector<std::shared_ptr<const allocation_trace>> traces_for(const options& o) {
+  const auto memory = get_memory_info(o.first()).total;
+  std::vector<std::shared_ptr<const allocation_trace>> traces;
+  traces.push_back(std::make_shared<const allocation_trace>(training_trace(memory, o.quick)));
+  traces.push_back(std::make_shared<const allocation_trace>(mixed_trace(memory, o.quick)));
+  traces.push_back(std::make_shared<const allocation_trace>(synthetic_trace(memory, o.quick)));
+  for (auto& t : recorded_traces(o)) traces.push_back(std::move(t));
+  return traces;
+}
+
+std::vector<std::shared_ptr<const allocation_trace>> recorded_traces([[maybe_unused]] const options& o) {
+  std::vector<std::shared_ptr<const allocation_trace>> traces;
+  std::vector<std::string> files;
+#ifdef SYNCMEM_BENCH_TRACE_DIR
+  if (!o.quick && std::filesystem::is_directory(SYNCMEM_BENCH_TRACE_DIR)) {
+    for (const auto& entry : std::filesystem::directory_iterator{SYNCMEM_BENCH_TRACE_DIR}) {
+      if (entry.path().extension() == ".replay") files.push_back(entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  }
+#endif
+  if (const char* list = std::getenv("SYNCMEM_BENCH_TRACES"); list != nullptr && *list != '\0') {
+    std::stringstream names{list};
+    std::string path;
+    while (std::getline(names, path, ',')) {
+      if (!path.empty()) files.push_back(path);
+    }
+  }
+  for (const auto& path : files) traces.push_back(std::make_shared<const allocation_trace>(load_trace_file(path)));
+  return traces;
 }
 
 }  // namespace syncmem::bench

@@ -18,12 +18,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <istream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "syncmem/mr/logging_adaptor.hpp"
 
 namespace syncmem::bench {
+
+struct options;
 
 // One step of a trace: allocate `size` bytes into `slot`, or free the slot.
 struct trace_op {
@@ -68,5 +71,14 @@ struct allocation_trace {
 // unknown pointers and failed allocations are dropped; what is still live at
 // the end is freed.
 [[nodiscard]] allocation_trace from_events(std::string name, const std::vector<mr::trace_event>& events);
+
+// What the replays run on the options' first device: the generated traces
+// (sized to it), the recorded ones committed in bench/traces (unpacked into
+// the build tree at configure time; not in a quick run, as their size is
+// fixed), and those named in SYNCMEM_BENCH_TRACES (comma-separated files in
+// the replay format or written by mr::logging_adaptor).
+[[nodiscard]] std::vector<std::shared_ptr<const allocation_trace>> traces_for(const options& o);
+// The files among them: the recorded traces and SYNCMEM_BENCH_TRACES.
+[[nodiscard]] std::vector<std::shared_ptr<const allocation_trace>> recorded_traces(const options& o);
 
 }  // namespace syncmem::bench

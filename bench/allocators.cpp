@@ -4,7 +4,8 @@
 // and RMM's pool, arena, binning and cuda_async resources, each on the
 // same workload in the same run. On emulated devices the alternatives are the
 // emulated source resource and the emulated stream-ordered pool, and the
-// figures measure the allocators' own host work.
+// figures measure the allocators' own host work. The methods are made in
+// allocator_methods.cpp; allocator_fit.cpp holds the alloc/fit suite.
 //
 //   alloc/pair/<method>/<size>       allocate + free of one size on one stream
 //   alloc/churn/<method>/64slots     random allocate or free over 64 slots, 256 B..16 MiB (per op)
@@ -35,25 +36,13 @@
 
 #include <fmt/format.h>
 
+#include "allocator_methods.hpp"
 #include "allocator_traces.hpp"
 #include "bench.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
-#include "syncmem/mr/caching_resource.hpp"
-#include "syncmem/mr/cuda_async_resource.hpp"
-#include "syncmem/mr/cuda_resource.hpp"
-#include "syncmem/mr/emulated_resource.hpp"
-#include "syncmem/mr/logging_adaptor.hpp"
-#include "syncmem/mr/statistics_adaptor.hpp"
 #include "syncmem/stream.hpp"
-
-#ifdef SYNCMEM_BENCH_HAS_TORCH
-#include "torch/torch_bridge.hpp"
-#endif
-#ifdef SYNCMEM_BENCH_HAS_RMM
-#include "rmm/rmm_bridge.hpp"
-#endif
 
 namespace syncmem::bench {
 
@@ -61,187 +50,6 @@ namespace {
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = KiB * KiB;
-
-struct peaks {
-  std::size_t reserved = 0;
-  std::size_t allocated = 0;
-};
-
-// An allocator as the benchmarks drive it.
-class allocator_under_test {
- public:
-  allocator_under_test() = default;
-  allocator_under_test(const allocator_under_test&) = delete;
-  allocator_under_test& operator=(const allocator_under_test&) = delete;
-  virtual ~allocator_under_test() = default;
-  virtual void* allocate(std::size_t bytes, stream_view s) = 0;
-  virtual void deallocate(void* p, std::size_t bytes, stream_view s) = 0;
-  // The peaks since it was made (replay), with what was reserved and allocated
-  // counted as the allocator itself counts them.
-  virtual peaks peak() = 0;
-};
-
-// A syncmem memory resource; `counted` adds a statistics_adaptor where the
-// resource keeps no peaks itself (used by the replays only).
-class resource_under_test final : public allocator_under_test {
- public:
-  resource_under_test(std::unique_ptr<mr::memory_resource> r, bool counted)
-      : resource_{std::move(r)},
-        counted_{counted ? std::make_unique<mr::statistics_adaptor>(*resource_) : nullptr},
-        use_{counted_ ? static_cast<mr::memory_resource*>(counted_.get()) : resource_.get()} {}
-  void* allocate(std::size_t bytes, stream_view s) override { return use_->allocate(bytes, s); }
-  void deallocate(void* p, std::size_t bytes, stream_view s) override { use_->deallocate(p, bytes, s); }
-  peaks peak() override {
-    if (auto* caching = dynamic_cast<mr::caching_resource*>(resource_.get())) {
-      const auto st = caching->statistics();
-      return {st.peak_reserved_bytes, st.peak_allocated_bytes};
-    }
-    if (auto* async = dynamic_cast<mr::cuda_async_resource*>(resource_.get())) {
-      const auto st = async->statistics();
-      return {st.peak_reserved_bytes, st.peak_used_bytes};
-    }
-    if (counted_) {  // every allocation straight from the device: what is allocated is reserved
-      const auto bytes = static_cast<std::size_t>(counted_->statistics().bytes.peak);
-      return {bytes, bytes};
-    }
-    return {};
-  }
-
- private:
-  std::unique_ptr<mr::memory_resource> resource_;
-  std::unique_ptr<mr::statistics_adaptor> counted_;
-  mr::memory_resource* use_;
-};
-
-#ifdef SYNCMEM_BENCH_HAS_TORCH
-// PyTorch's allocator, emptied and with its peaks reset when made, and
-// emptied again when done with, so that runs do not see each other's cache.
-class torch_under_test final : public allocator_under_test {
- public:
-  torch_under_test(device_id device, bool expandable) : device_{device} {
-    char error[512] = {};
-    if (!torch_bridge::init(error, sizeof error)) SYNCMEM_UNSUPPORTED(fmt::format("PyTorch's allocator: {}", error));
-    set_current_device(device);
-    torch_bridge::empty_cache();
-    if (!torch_bridge::set_expandable(expandable, error, sizeof error)) {
-      SYNCMEM_UNSUPPORTED(fmt::format("PyTorch refuses expandable_segments:{}: {}", expandable, error));
-    }
-    torch_bridge::reset_peaks(device.index());
-  }
-  // Expandable segments stay on: PyTorch does not support switching them
-  // once it has allocated, and the process that measures them measures
-  // nothing else.
-  ~torch_under_test() override { torch_bridge::empty_cache(); }
-  void* allocate(std::size_t bytes, stream_view s) override {
-    void* p = torch_bridge::allocate(bytes, s.native_handle());
-    if (p == nullptr) throw std::bad_alloc{};
-    return p;
-  }
-  void deallocate(void* p, std::size_t, stream_view) override { torch_bridge::deallocate(p); }
-  peaks peak() override {
-    peaks out;
-    (void)torch_bridge::peaks(device_.index(), &out.reserved, &out.allocated);
-    return out;
-  }
-
- private:
-  device_id device_;
-};
-#endif
-
-#ifdef SYNCMEM_BENCH_HAS_RMM
-// One of RAPIDS RMM's resources, made fresh for each run; counted (a
-// statistics adaptor on top) for the replays only.
-class rmm_under_test final : public allocator_under_test {
- public:
-  rmm_under_test(const char* kind, device_id device, bool counted) {
-    char error[512] = {};
-    resource_ = rmm_bridge::create(kind, device.index(), counted, error, sizeof error);
-    if (resource_ == nullptr) SYNCMEM_UNSUPPORTED(fmt::format("RMM's {} resource: {}", kind, error));
-  }
-  ~rmm_under_test() override { rmm_bridge::destroy(resource_); }
-  void* allocate(std::size_t bytes, stream_view s) override {
-    return rmm_bridge::allocate(resource_, bytes, s.native_handle());
-  }
-  void deallocate(void* p, std::size_t bytes, stream_view s) override {
-    rmm_bridge::deallocate(resource_, p, bytes, s.native_handle());
-  }
-  peaks peak() override {
-    peaks out;
-    rmm_bridge::peaks(resource_, &out.reserved, &out.allocated);
-    return out;
-  }
-
- private:
-  void* resource_ = nullptr;
-};
-#endif
-
-struct method {
-  std::string name;
-  std::function<std::unique_ptr<allocator_under_test>(device_id device, bool for_replay)> make;
-};
-
-std::vector<method> methods_for(device_id device) {
-  std::vector<method> methods;
-  methods.push_back({"caching", [](device_id d, bool) {
-                       return std::make_unique<resource_under_test>(std::make_unique<mr::caching_resource>(d), false);
-                     }});
-  const auto caching_with = [&methods](std::string name, std::string conf) {
-    methods.push_back({std::move(name), [conf = std::move(conf)](device_id d, bool) {
-                         return std::make_unique<resource_under_test>(
-                             std::make_unique<mr::caching_resource>(d, mr::caching_options::parse(conf)), false);
-                       }});
-  };
-  caching_with("caching_expandable", "expandable:1");
-  // The growable range keeping its reserve near its peak in use, and the same
-  // with larger pages: fewer driver calls per byte grown or moved.
-  caching_with("caching_expandable_from_idle", "expandable:1,grow_from_idle:1");
-  for (const int page_mb : {8, 20}) {
-    caching_with(fmt::format("caching_expandable_from_idle_{}mb", page_mb),
-                 fmt::format("expandable:1,grow_from_idle:1,expandable_page_mb:{}", page_mb));
-  }
-  // Pages only, without the large pages of large growths (20 MiB by default).
-  caching_with("caching_expandable_pages", "expandable:1,expandable_large_page_mb:0");
-  caching_with("caching_expandable_from_idle_pages", "expandable:1,grow_from_idle:1,expandable_large_page_mb:0");
-  if (device.kind() == device_kind::cuda) {
-    methods.push_back({"cudaMalloc", [](device_id d, bool replay) {
-                         return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_resource>(d), replay);
-                       }});
-    methods.push_back({"cudaMallocAsync", [](device_id d, bool) {
-                         return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_async_resource>(d),
-                                                                      false);
-                       }});
-#ifdef SYNCMEM_BENCH_HAS_RMM
-    for (const char* kind : {"pool", "arena", "binning", "cuda_async"}) {
-      methods.push_back({fmt::format("rmm_{}", kind), [kind](device_id d, bool replay) {
-                           return std::make_unique<rmm_under_test>(kind, d, replay);
-                         }});
-    }
-#endif
-#ifdef SYNCMEM_BENCH_HAS_TORCH
-    // PyTorch cannot switch to expandable segments once it has allocated, so
-    // its expandable mode is measured in a process of its own:
-    // SYNCMEM_BENCH_PYTORCH_EXPANDABLE=1 registers it instead of the default mode.
-    if (const char* e = std::getenv("SYNCMEM_BENCH_PYTORCH_EXPANDABLE"); e != nullptr && std::string{e} == "1") {
-      methods.push_back(
-          {"pytorch_expandable", [](device_id d, bool) { return std::make_unique<torch_under_test>(d, true); }});
-    } else {
-      methods.push_back({"pytorch", [](device_id d, bool) { return std::make_unique<torch_under_test>(d, false); }});
-    }
-#endif
-  } else {
-    methods.push_back({"emulated", [](device_id d, bool replay) {
-                         return std::make_unique<resource_under_test>(std::make_unique<mr::emulated_resource>(d),
-                                                                      replay);
-                       }});
-    methods.push_back({"emulated_async", [](device_id d, bool) {
-                         return std::make_unique<resource_under_test>(std::make_unique<mr::cuda_async_resource>(d),
-                                                                      false);
-                       }});
-  }
-  return methods;
-}
 
 // Runs `body` and turns an exception into a failed benchmark with its
 // message, or a skipped one when the device cannot do what it measures.
@@ -447,15 +255,7 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
             stream s{device};
             set_current_device(device);
             const auto start = std::chrono::steady_clock::now();
-            std::vector<void*> slots(trace->slots, nullptr);
-            for (const auto& op : trace->ops) {
-              if (op.allocate) {
-                slots[op.slot] = a->allocate(op.size, s);
-              } else {
-                a->deallocate(slots[op.slot], op.size, s);
-              }
-            }
-            s.synchronize();
+            replay_trace(*a, *trace, s);
             replaying += std::chrono::steady_clock::now() - start;
             p = a->peak();
           }
@@ -474,36 +274,6 @@ void register_replay(const options& o, const method& m, std::shared_ptr<const al
       })
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond);
-}
-
-// The generated traces, the real ones committed in bench/traces (unpacked
-// into the build tree at configure time; not in a quick run, as their size
-// is fixed), and those named in SYNCMEM_BENCH_TRACES (comma-separated files
-// in the replay format or written by mr::logging_adaptor).
-std::vector<std::shared_ptr<const allocation_trace>> traces_for(const options& o) {
-  const auto memory = get_memory_info(o.first()).total;
-  std::vector<std::shared_ptr<const allocation_trace>> traces;
-  traces.push_back(std::make_shared<const allocation_trace>(training_trace(memory, o.quick)));
-  traces.push_back(std::make_shared<const allocation_trace>(mixed_trace(memory, o.quick)));
-  traces.push_back(std::make_shared<const allocation_trace>(synthetic_trace(memory, o.quick)));
-  std::vector<std::string> files;
-#ifdef SYNCMEM_BENCH_TRACE_DIR
-  if (!o.quick && std::filesystem::is_directory(SYNCMEM_BENCH_TRACE_DIR)) {
-    for (const auto& entry : std::filesystem::directory_iterator{SYNCMEM_BENCH_TRACE_DIR}) {
-      if (entry.path().extension() == ".replay") files.push_back(entry.path().string());
-    }
-    std::sort(files.begin(), files.end());
-  }
-#endif
-  if (const char* list = std::getenv("SYNCMEM_BENCH_TRACES"); list != nullptr && *list != '\0') {
-    std::stringstream names{list};
-    std::string path;
-    while (std::getline(names, path, ',')) {
-      if (!path.empty()) files.push_back(path);
-    }
-  }
-  for (const auto& path : files) traces.push_back(std::make_shared<const allocation_trace>(load_trace_file(path)));
-  return traces;
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 //     <suite>/<case>/<method>/<parameter>
 //
 //   suite      transfer, alloc, pinned, synced, tensor, batch, graph, nccl, memcpy (the host reference)
-//   case       what is measured: h2d, d2h, d2d, pair, churn, threads, replay, ...
+//   case       what is measured: h2d, d2h, d2d, pair, churn, threads, replay, fit, ...
 //   method     who does it: ours ("syncmem", "caching", "engine") or the
 //              alternative in the same run ("cudaMemcpy", "cudaMallocAsync", "pytorch", ...).
 //              The report counts as ours every method named syncmem, engine,
@@ -121,6 +121,7 @@ void add_release_hook(std::function<void()> release);
 // Each suite, and all of them.
 void register_transfer_suite(const options& o);
 void register_allocator_suite(const options& o);
+void register_allocator_fit_suite(const options& o);
 void register_synced_memory_suite(const options& o);
 void register_memcpy_suite(const options& o);
 void register_tensor_suite(const options& o);

@@ -140,6 +140,33 @@ TYPED_TEST(cuda_async_test, OutOfMemorySaysWhatThePoolHolds) {
   }
 }
 
+TYPED_TEST(cuda_async_test, ReservesNoMoreThanMaxPoolSize) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  mr::cuda_async_resource r{this->dev(), mr::cuda_async_options{.max_pool_size = 64 * mib}};
+  stream s{this->dev()};
+  void* a = r.allocate(40 * mib, s);
+  try {
+    (void)r.allocate(40 * mib, s);
+    FAIL() << "the pool reserved past its max_pool_size";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(e.info().limit, 64 * mib);
+  }
+  EXPECT_LE(r.statistics().reserved_bytes, 64 * mib);
+  r.deallocate(a, 40 * mib, s);
+  s.synchronize();
+  if (this->is_cuda()) return;  // how the driver reuses what its pool holds is its own policy
+  // What was freed is cached: a size it cannot serve gets the cache back first.
+  void* b = r.allocate(60 * mib, s);
+  EXPECT_LE(r.statistics().peak_reserved_bytes, 64 * mib);
+  r.deallocate(b, 60 * mib, s);
+  s.synchronize();
+}
+
+TEST(CudaAsyncResource, RefusesAMaxPoolSizeOfZero) {
+  EXPECT_THROW((mr::cuda_async_resource{device_id::emulated(0), mr::cuda_async_options{.max_pool_size = 0}}),
+               logic_error);
+}
+
 TEST(CudaAsyncResource, RefusesWhatIsNotADevice) {
   EXPECT_THROW(mr::cuda_async_resource{device_id::emulated(9)}, logic_error);
   if (device_count(device_kind::cuda) == 0) {

@@ -14,7 +14,9 @@
 
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace syncmem::bench::rmm_bridge {
@@ -43,13 +45,17 @@ const char* version() noexcept {
   return v.c_str();
 }
 
-void* create(const char* kind, int device, bool counted, char* error, std::size_t error_size) noexcept {
+void* create(const char* kind, int device, bool counted, std::size_t limit, char* error,
+             std::size_t error_size) noexcept {
   try {
     if (cudaSetDevice(device) != cudaSuccess) throw std::runtime_error{"cudaSetDevice failed"};
     auto h = std::make_unique<held>();
     const std::string k = kind;
+    if (limit != 0 && k != "pool") throw std::invalid_argument{"only RMM's pool takes a limit, not '" + k + "'"};
     if (k == "pool") {
-      h->resource.emplace(rmm::mr::pool_memory_resource{h->reserved, 0});
+      std::optional<std::size_t> maximum_pool_size;
+      if (limit != 0) maximum_pool_size = limit;
+      h->resource.emplace(rmm::mr::pool_memory_resource{h->reserved, 0, maximum_pool_size});
     } else if (k == "arena") {
       h->resource.emplace(rmm::mr::arena_memory_resource{h->reserved});
     } else if (k == "binning") {

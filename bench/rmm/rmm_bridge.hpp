@@ -16,9 +16,11 @@ namespace syncmem::bench::rmm_bridge {
 /// (arena_memory_resource over cudaMalloc, RMM's default arena size),
 /// "binning" (binning_memory_resource with bins of 256 B..1 MiB over such a
 /// pool) or "cuda_async" (cuda_async_memory_resource). With `counted`, a
-/// statistics adaptor on top counts what is allocated. nullptr, with the
-/// reason in `error`, when RMM refuses.
-[[nodiscard]] void* create(const char* kind, int device, bool counted, char* error, std::size_t error_size) noexcept;
+/// statistics adaptor on top counts what is allocated. A `limit` other than
+/// 0 is the pool's maximum_pool_size (kind "pool" only; a multiple of 256).
+/// nullptr, with the reason in `error`, when RMM refuses.
+[[nodiscard]] void* create(const char* kind, int device, bool counted, std::size_t limit, char* error,
+                           std::size_t error_size) noexcept;
 void destroy(void* resource) noexcept;
 
 /// @brief Stream-ordered allocate on `stream` (a cudaStream_t).

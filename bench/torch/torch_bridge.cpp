@@ -92,6 +92,16 @@ bool peaks(int device, std::size_t* reserved, std::size_t* allocated) noexcept {
   }
 }
 
+bool set_memory_fraction(int device, double fraction, char* error, std::size_t error_size) noexcept {
+  try {
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(device));
+    return true;
+  } catch (const std::exception& e) {
+    copy_message(e.what(), error, error_size);
+    return false;
+  }
+}
+
 bool set_expandable(bool on, char* error, std::size_t error_size) noexcept {
   try {
     apply_settings(on ? "expandable_segments:True" : "expandable_segments:False");

@@ -28,6 +28,11 @@ void empty_cache() noexcept;
 void reset_peaks(int device) noexcept;
 bool peaks(int device, std::size_t* reserved, std::size_t* allocated) noexcept;
 
+// Caps what the allocator reserves on `device` at `fraction` of the
+// device's memory (setMemoryFraction, as torch.cuda.
+// set_per_process_memory_fraction); 1.0 lifts the cap. false when refused.
+bool set_memory_fraction(int device, double fraction, char* error, std::size_t error_size) noexcept;
+
 // Turns expandable segments on or off (setAllocatorSettings); false when
 // this libtorch refuses.
 bool set_expandable(bool on, char* error, std::size_t error_size) noexcept;

@@ -20,8 +20,10 @@ struct memory_pool_usage {
 
 // Stream-ordered allocation from a pool of syncmem's own (cudaMemPoolCreate
 // for CUDA), so that its settings never change the device's default pool.
-// supported is false for a device that cannot (no cudaMallocAsync). allocate
-// returns nullptr when out of memory. A pool is destroyed once its outstanding
+// supported is false for a device that cannot (no cudaMallocAsync). A pool
+// reserves at most max_size bytes from the device (0: no limit but the
+// device's; cudaMemPoolProps::maxSize). allocate returns nullptr when out of
+// memory. A pool is destroyed once its outstanding
 // allocations have been freed (as cudaMemPoolDestroy).
 class pool_capability {
  public:
@@ -31,7 +33,7 @@ class pool_capability {
   virtual ~pool_capability() = default;
 
   [[nodiscard]] virtual bool supported(int index) = 0;
-  [[nodiscard]] virtual pool_handle create(int index, std::size_t release_threshold) = 0;
+  [[nodiscard]] virtual pool_handle create(int index, std::size_t release_threshold, std::size_t max_size) = 0;
   virtual void destroy(int index, pool_handle pool) noexcept = 0;
   [[nodiscard]] virtual void* allocate(int index, pool_handle pool, std::size_t bytes, stream_handle s) = 0;
   virtual void deallocate(int index, pool_handle pool, void* p, stream_handle s) noexcept = 0;

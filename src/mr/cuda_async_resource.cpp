@@ -43,8 +43,10 @@ device_id checked_pool_device(device_id device) {
 
 cuda_async_resource::cuda_async_resource(device_id device, cuda_async_options options)
     : memory_resource{memory_kind::device, checked_pool_device(device), default_alignment}, options_{options} {
+  SYNCMEM_EXPECTS(options.max_pool_size != 0, "cuda_async_options::max_pool_size must be positive (nullopt: no limit)");
   device_guard guard{device};
-  pool_ = syncmem::detail::pointer_of<void*>(pools_of(device).create(device.index(), options.release_threshold));
+  pool_ = syncmem::detail::pointer_of<void*>(
+      pools_of(device).create(device.index(), options.release_threshold, options.max_pool_size.value_or(0)));
 }
 
 cuda_async_resource::~cuda_async_resource() {
@@ -85,6 +87,7 @@ void* cuda_async_resource::do_allocate(std::size_t bytes, stream_view stream, st
     const auto usage = pools.usage(d.index(), handle_of(pool_));
     info.reserved = usage.reserved;
     info.in_use = usage.used;
+    info.limit = options_.max_pool_size;
   } catch (...) {
     // report what is known
     syncmem::detail::log_ignored("asking the pool's usage for an out-of-memory report");

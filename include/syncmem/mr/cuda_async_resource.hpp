@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <optional>
 
 #include "syncmem/mr/memory_resource.hpp"
 
@@ -17,6 +18,11 @@ struct cuda_async_options {
   /// (cudaMemPoolAttrReleaseThreshold). The default keeps everything it has
   /// reserved, so that steady workloads stop calling into the driver.
   std::size_t release_threshold = std::numeric_limits<std::size_t>::max();
+  /// @brief The most bytes the pool may reserve from the device
+  /// (cudaMemPoolProps::maxSize): an allocation that would take it past them
+  /// throws syncmem::out_of_memory with `limit` set. nullopt (the default):
+  /// no limit but the device's memory.
+  std::optional<std::size_t> max_pool_size;
 };
 
 /// @brief What the pool holds, as the driver counts it.
@@ -42,7 +48,7 @@ struct cuda_async_statistics {
 /// Alignment up to 256 bytes. Thread safety: as every resource.
 class cuda_async_resource final : public memory_resource {
  public:
-  /// @throws syncmem::logic_error for an invalid device;
+  /// @throws syncmem::logic_error for an invalid device or a max_pool_size of 0;
   ///   syncmem::unsupported_error when the device has no memory pools
   ///   (cudaDevAttrMemoryPoolsSupported is 0)
   explicit cuda_async_resource(device_id device, cuda_async_options options = {});

@@ -17,8 +17,9 @@ bool cuda_pools::supported(int index) {
   return supported != 0;
 }
 
-pool_handle cuda_pools::create(int index, std::size_t release_threshold) {
+pool_handle cuda_pools::create(int index, std::size_t release_threshold, std::size_t max_size) {
   cudaMemPoolProps props{};
+  props.maxSize = max_size;
   props.allocType = cudaMemAllocationTypePinned;
   props.handleTypes = cudaMemHandleTypeNone;
   props.location.type = cudaMemLocationTypeDevice;

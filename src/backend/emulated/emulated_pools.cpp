@@ -29,6 +29,7 @@ struct memory_pool {
   std::mutex mutex;
   int device = 0;
   std::size_t release_threshold = 0;
+  std::size_t max_size = 0;                  // 0: the device's memory
   std::multimap<std::size_t, void*> cached;  // by size
   std::unordered_map<void*, std::size_t> live;
   std::unordered_map<void*, pending_free> pending;
@@ -67,11 +68,12 @@ bool emulated_pools::supported(int index) {
   return true;
 }
 
-pool_handle emulated_pools::create(int index, std::size_t release_threshold) {
+pool_handle emulated_pools::create(int index, std::size_t release_threshold, std::size_t max_size) {
   (void)backend_.device(index);
   auto* holder = new pool_holder{std::make_shared<memory_pool>()};
   holder->pool->device = index;
   holder->pool->release_threshold = release_threshold;
+  holder->pool->max_size = max_size;
   return handle_of<pool_handle>(holder);
 }
 
@@ -201,10 +203,13 @@ void* emulated_pools::take_pool_block(memory_pool& pool, const void* stream, std
     return p;
   }
   block = size;
-  void* p = backend_.allocate(pool.device, size);
+  const auto within_max = [&pool, size] {
+    return pool.max_size == 0 || (size <= pool.max_size && pool.usage.reserved <= pool.max_size - size);
+  };
+  void* p = within_max() ? backend_.allocate(pool.device, size) : nullptr;
   if (p == nullptr && pool.cached_bytes > 0) {  // give the cache back and try again, as CUDA's pools do
     release_cached(pool, 0);
-    p = backend_.allocate(pool.device, size);
+    p = within_max() ? backend_.allocate(pool.device, size) : nullptr;
   }
   if (p == nullptr) return nullptr;
   pool.usage.reserved += size;

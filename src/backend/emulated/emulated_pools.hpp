@@ -15,7 +15,7 @@ class emulated_pools final : public pool_capability {
   explicit emulated_pools(emulated_backend& backend) noexcept : backend_{backend} {}
 
   [[nodiscard]] bool supported(int index) override;
-  [[nodiscard]] pool_handle create(int index, std::size_t release_threshold) override;
+  [[nodiscard]] pool_handle create(int index, std::size_t release_threshold, std::size_t max_size) override;
   void destroy(int index, pool_handle pool) noexcept override;
   [[nodiscard]] void* allocate(int index, pool_handle pool, std::size_t bytes, stream_handle s) override;
   void deallocate(int index, pool_handle pool, void* p, stream_handle s) noexcept override;
@@ -26,8 +26,9 @@ class emulated_pools final : public pool_capability {
  private:
   // A block of at least `size` bytes for `stream` from the pool: one freed
   // earlier on that stream, a cached one, or a new one (after releasing the
-  // cache if the device is full); its size goes to `block`. Null when the device
-  // has no room. Under the pool's mutex.
+  // cache if the device is full or the pool at its max_size); its size goes
+  // to `block`. Null when the device or the pool's max_size has no room.
+  // Under the pool's mutex.
   void* take_pool_block(memory_pool& pool, const void* stream, std::size_t size, std::size_t& block);
   // Frees cached blocks of a pool, largest first, until it caches at most
   // `keep` bytes. Under the pool's mutex.
