@@ -253,7 +253,7 @@ TEST(Emulated, StreamOrderedFreeRunsAfterEarlierWork) {
   const auto before = get_memory_info(device_id::emulated(0)).free;
   stream s{device_id::emulated(0)};
   auto& pools = *emu().pools();
-  const auto pool = pools.create(0, 0);  // keeps nothing cached: a free returns the memory
+  const auto pool = pools.create(0, 0, 0);  // keeps nothing cached, no cap: a free returns the memory
   void* d = pools.allocate(0, pool, 4096, s.view().handle());
   ASSERT_NE(d, nullptr);
   test::stream_latch hold{s};
