@@ -180,6 +180,9 @@ std::vector<method> methods_for(device_id device) {
                        [conf](device_id d, std::size_t limit) { return caching(d, conf, limit); }});
   };
   caching_with("caching", "");
+  // Ordinary segments that fail when memory runs out, as the default did
+  // before compact_under_pressure.
+  caching_with("caching_no_compact", "compact:0");
   caching_with("caching_expandable", "expandable:1");
   // The growable range keeping its reserve near its peak in use, and the same
   // with larger pages: fewer driver calls per byte grown or moved.

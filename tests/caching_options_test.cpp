@@ -26,9 +26,10 @@ TEST(CachingOptions, DefaultsAreUnlimitedAndNotExpandable) {
   EXPECT_FALSE(o.grow_from_idle);
   EXPECT_EQ(o.expandable_page_size, 0U);
   EXPECT_EQ(o.expandable_large_page_size, 20 * MiB);
+  EXPECT_TRUE(o.compact_under_pressure);
   EXPECT_EQ(o.to_string(),
             "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1,"
-            "grow_from_idle:0,expandable_page_mb:0,expandable_large_page_mb:20");
+            "grow_from_idle:0,expandable_page_mb:0,expandable_large_page_mb:20,compact:1");
   EXPECT_EQ(mr::caching_options::parse(""), o);
   EXPECT_EQ(mr::caching_options::parse("   "), o);
 }
@@ -46,6 +47,7 @@ TEST(CachingOptions, ParsesEveryKey) {
   EXPECT_TRUE(mr::caching_options::parse("expandable:true").expandable);
   EXPECT_FALSE(mr::caching_options::parse("release_before_grow:0").release_before_grow);
   EXPECT_TRUE(mr::caching_options::parse("grow_from_idle:1").grow_from_idle);
+  EXPECT_FALSE(mr::caching_options::parse("compact:0").compact_under_pressure);
   EXPECT_EQ(mr::caching_options::parse("expandable_page_mb:20").expandable_page_size, 20 * MiB);
   EXPECT_EQ(mr::caching_options::parse("expandable_page_mb:0").expandable_page_size, 0U);
   EXPECT_EQ(mr::caching_options::parse("expandable_large_page_mb:64").expandable_large_page_size, 64 * MiB);
@@ -59,7 +61,7 @@ TEST(CachingOptions, ToStringReadsBack) {
   for (const char* text :
        {"max_split_mb:20,expandable:1,limit_mb:1,thread_cache_mb:64", "expandable:0", "release_before_grow:false",
         "grow_from_idle:1", "limit_mb:1073741824,max_split_mb:16777216", "thread_cache_mb:65536",
-        "expandable:1,expandable_page_mb:1024", "expandable:1,expandable_large_page_mb:0"}) {
+        "expandable:1,expandable_page_mb:1024", "expandable:1,expandable_large_page_mb:0", "compact:0"}) {
     const auto o = mr::caching_options::parse(text);
     EXPECT_EQ(mr::caching_options::parse(o.to_string()), o) << text << " -> " << o.to_string();
   }

@@ -555,7 +555,7 @@ TYPED_TEST(caching_test, OutOfMemoryAtTheLimitSaysEverything) {
 }
 
 TYPED_TEST(caching_test, FragmentationIsNamedWhenItIsTheCause) {
-  auto r = this->make("limit_mb:48,thread_cache_mb:0");
+  auto r = this->make("limit_mb:48,thread_cache_mb:0,compact:0");  // ordinary segments only
   stream s{this->device_};
   // One 48 MiB segment, cut into eight 6 MiB blocks; every other one freed:
   // 24 MiB free, in pieces of 6 MiB.
@@ -926,6 +926,69 @@ TYPED_TEST(caching_test, GrowingGivesBackSegmentsThatCannotServe) {
     r->deallocate(b, 20 * MiB, s);
     r->deallocate(small, 100, s);
   }
+}
+
+// A block split from a segment leaves the rest of the segment to that
+// segment's blocks; in the growable range its idle pages serve any request.
+TYPED_TEST(caching_test, PastHalfTheLimitLargeBlocksGrowInTheRange) {
+  for (const bool compact : {true, false}) {
+    auto r = this->make(compact ? "limit_mb:64,thread_cache_mb:0" : "limit_mb:64,thread_cache_mb:0,compact:0");
+    stream s{this->device_};
+    void* held = r->allocate(30 * MiB, s);  // an ordinary segment: 30 of 64 MiB reserved
+    EXPECT_FALSE(r->expandable());
+    void* a = r->allocate(20 * MiB, s);  // past half the limit
+    if (!r->expandable() && compact) {
+      GTEST_SKIP() << to_string(this->device_) << " has no virtual memory management";
+    }
+    EXPECT_EQ(r->expandable(), compact);
+    r->deallocate(a, 20 * MiB, s);
+    const auto seed = fresh_seed();
+    void* kept = r->allocate(8 * MiB, s);  // split from the 20 MiB just freed: 12 MiB free beside it
+    this->fill(s, kept, 8 * MiB, seed);
+    if (!compact) {
+      // The free 12 MiB belong to the segment; growing by 16 MiB would pass the limit.
+      EXPECT_THROW((void)r->allocate(16 * MiB, s), out_of_memory);
+    } else {
+      void* b = r->allocate(16 * MiB, s);
+      const auto other = fresh_seed();
+      this->fill(s, b, 16 * MiB, other);
+      EXPECT_TRUE(this->holds(s, b, 16 * MiB, other));
+      EXPECT_LE(r->statistics().reserved_bytes, 64 * MiB);
+      r->deallocate(b, 16 * MiB, s);
+    }
+    EXPECT_TRUE(this->holds(s, kept, 8 * MiB, seed));
+    r->deallocate(kept, 8 * MiB, s);
+    r->deallocate(held, 30 * MiB, s);
+  }
+}
+
+// Out of memory with the range in use: a hole too small for the request
+// gives its pages back, and the range grows by them at its end.
+TYPED_TEST(caching_test, OutOfMemoryInTheRangeTakesTheIdlePagesOfAHole) {
+  auto r = this->make("limit_mb:64,thread_cache_mb:0");
+  stream s{this->device_};
+  void* held = r->allocate(30 * MiB, s);
+  std::vector<void*> pieces;
+  for (int i = 0; i < 4; ++i) pieces.push_back(r->allocate(8 * MiB, s));  // in the range: 62 MiB reserved
+  if (!r->expandable()) GTEST_SKIP() << to_string(this->device_) << " has no virtual memory management";
+  std::vector<std::uint64_t> seeds;
+  for (void* p : pieces) {
+    seeds.push_back(fresh_seed());
+    this->fill(s, p, 8 * MiB, seeds.back());
+  }
+  r->deallocate(pieces[1], 8 * MiB, s);  // a hole of 8 MiB between live pieces
+  void* b = r->allocate(10 * MiB, s);    // 10 MiB more would pass the limit
+  const auto other = fresh_seed();
+  this->fill(s, b, 10 * MiB, other);
+  EXPECT_TRUE(this->holds(s, b, 10 * MiB, other));
+  for (const std::size_t i : {0U, 2U, 3U}) EXPECT_TRUE(this->holds(s, pieces[i], 8 * MiB, seeds[i])) << i;
+  const auto st = r->statistics();
+  EXPECT_LE(st.peak_reserved_bytes, 64 * MiB);
+  EXPECT_EQ(st.oom_retries, 1U);
+  EXPECT_EQ(st.ooms, 0U);
+  r->deallocate(b, 10 * MiB, s);
+  for (const std::size_t i : {0U, 2U, 3U}) r->deallocate(pieces[i], 8 * MiB, s);
+  r->deallocate(held, 30 * MiB, s);
 }
 
 TYPED_TEST(caching_test, MaxSplitKeepsOversizeBlocksWhole) {

@@ -15,7 +15,7 @@ namespace {
 constexpr const char* environment_variable = "SYNCMEM_ALLOC_CONF";
 constexpr const char* known_keys =
     "max_split_mb, expandable, limit_mb, thread_cache_mb, release_before_grow, grow_from_idle, expandable_page_mb, "
-    "expandable_large_page_mb";
+    "expandable_large_page_mb, compact";
 constexpr std::uint64_t max_split_mb_max = std::uint64_t{1} << 24;
 constexpr std::uint64_t limit_mb_max = std::uint64_t{1} << 30;
 constexpr std::uint64_t thread_cache_mb_max = 65536;
@@ -94,6 +94,8 @@ caching_options caching_options::with(std::string_view text, std::string_view so
       o.release_before_grow = boolean(key, value);
     } else if (key == "grow_from_idle") {
       o.grow_from_idle = boolean(key, value);
+    } else if (key == "compact") {
+      o.compact_under_pressure = boolean(key, value);
     } else if (key == "expandable_page_mb") {
       o.expandable_page_size = *mib(key, value, 0, expandable_page_mb_max, false);
     } else if (key == "expandable_large_page_mb") {
@@ -128,10 +130,10 @@ caching_options caching_options::from_environment(const caching_options& base) {
 std::string caching_options::to_string() const {
   return fmt::format(
       "max_split_mb:{},expandable:{},limit_mb:{},thread_cache_mb:{},release_before_grow:{},grow_from_idle:{},"
-      "expandable_page_mb:{},expandable_large_page_mb:{}",
+      "expandable_page_mb:{},expandable_large_page_mb:{},compact:{}",
       mib_text(max_split_size), expandable ? 1 : 0, mib_text(limit), mib_text(thread_cache_size),
       release_before_grow ? 1 : 0, grow_from_idle ? 1 : 0, mib_text(expandable_page_size),
-      mib_text(expandable_large_page_size));
+      mib_text(expandable_large_page_size), compact_under_pressure ? 1 : 0);
 }
 
 }  // namespace syncmem::mr

@@ -27,6 +27,7 @@ namespace syncmem::mr {
 /// | `grow_from_idle`  | 0, 1, false, true              | grow_from_idle |
 /// | `expandable_page_mb` | MiB (0..1024), 0: the device's granularity | expandable_page_size |
 /// | `expandable_large_page_mb` | MiB (0..1024, default 20), 0: none | expandable_large_page_size |
+/// | `compact`         | 0, 1, false, true (default 1)  | compact_under_pressure |
 ///
 /// e.g. `SYNCMEM_ALLOC_CONF=max_split_mb:256,expandable:1,limit_mb:4096`.
 struct caching_options {
@@ -80,6 +81,14 @@ struct caching_options {
   /// unmapped or moved only when all of it is idle. 0 (or no larger than a
   /// page): pages only.
   std::size_t expandable_large_page_size = std::size_t{20} << 20;
+  /// @brief Ordinary segments only: when an allocation finds no memory even
+  /// after the cache is given back (the device is full, or the limit is
+  /// reached), large blocks grow from then on in the growable range, with
+  /// grow_from_idle, instead of the allocation failing. Free memory stuck in
+  /// pieces of ordinary segments returns to the device as those segments
+  /// empty. Costs nothing while memory is plentiful; after the switch,
+  /// growths cost what the growable range's do (docs/allocator.md).
+  bool compact_under_pressure = true;
 
   /// @brief Parses `text` (see the class comment). `source` names where the
   /// text came from in error messages.
@@ -100,7 +109,7 @@ struct caching_options {
   [[nodiscard]] static std::optional<std::string> environment_text();
 
   /// @brief Every key with its value, in a form parse() reads back:
-  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1,grow_from_idle:0,expandable_page_mb:0,expandable_large_page_mb:20".
+  /// "max_split_mb:unlimited,expandable:0,limit_mb:unlimited,thread_cache_mb:256,release_before_grow:1,grow_from_idle:0,expandable_page_mb:0,expandable_large_page_mb:20,compact:1".
   [[nodiscard]] std::string to_string() const;
 
   friend bool operator==(const caching_options&, const caching_options&) = default;

@@ -101,6 +101,11 @@ struct live_allocation {
 ///   the caches go back to the shared pools when the thread exits, on
 ///   empty_cache(), before the pools grow, when memory runs short, and when
 ///   the resource is destroyed.
+/// - Near the limit or the device's memory (past half of it), large blocks
+///   grow in a growable range instead of new segments, and once memory runs
+///   out its growths take idle pages from anywhere in it first
+///   (caching_options::compact_under_pressure): memory freed in pieces then
+///   serves any size, where segments would keep it for their own blocks.
 /// - Out of memory: the per-thread caches and pending blocks are reclaimed,
 ///   wholly free segments are released, and the allocation is tried again;
 ///   only then is syncmem::out_of_memory thrown, filled in (device free and
@@ -138,7 +143,7 @@ class caching_resource final : public memory_resource {
   /// @brief The upstream given at construction, or nullptr.
   [[nodiscard]] memory_resource* upstream() const noexcept;
   /// @brief Whether large blocks live in a growable range now (options ask
-  /// for it and the device supports it).
+  /// for it, or it compacts under pressure, and the device supports it).
   [[nodiscard]] bool expandable() const noexcept;
 
   /// @brief Declares that the live allocation `p` is used on `stream` too:

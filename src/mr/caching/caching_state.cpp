@@ -166,7 +166,7 @@ caching_state::handed caching_state::allocate_slow(std::size_t bytes, std::size_
   if (tc != nullptr) totals_.fold(*tc);
   reserved_.forget_limit_hit();
   if (!pending_.empty() || !pools_.retired().empty()) process_pending();
-  const std::size_t small_limit = options_.grow_from_idle && range_.ready() && range_.page_size() <= small_segment_size
+  const std::size_t small_limit = grows_from_idle() && range_.ready() && range_.page_size() <= small_segment_size
                                       ? small_request_limit_from_idle
                                       : small_request_limit;
   const pool_kind kind = key <= small_limit ? pool_kind::small : pool_kind::large;
@@ -278,6 +278,7 @@ block* caching_state::grow(pool_kind kind, std::size_t key, stream_pool& pool, s
   // (new shapes): give them back first, so that the footprint is exchanged
   // rather than added to. Costs a device synchronisation, only when growing.
   if (kind == pool_kind::large && options_.release_before_grow) release_idle_segments();
+  if (kind == pool_kind::large && near_capacity(size) && compact(false)) return range_.grow(key, pool);
   block* const b = segments_.grow(kind, size, pool, s);
   if (b != nullptr) pools_.split(b, key, pool, kind);
   return b;
@@ -290,8 +291,40 @@ block* caching_state::recover(pool_kind kind, std::size_t key, std::size_t bytes
   if (block* b = find_cached(kind, key, pool, s)) return b;
   release_free(0);
   if (block* b = grow(kind, key, pool, s)) return b;
+  if (compact(true)) {
+    if (block* b = grow(kind, key, pool, s)) return b;
+  }
   ++totals_.ooms;
   throw_out_of_memory(bytes, key);
+}
+
+// Ordinary segments could not serve a request with the whole cache given
+// back: their free memory lies in pieces that only their own segments can
+// use. From now on large blocks grow in the growable range, taking idle pages
+// from anywhere in it first, so that what is freed later serves any size.
+// Returns whether it switched.
+// Whether growing by `size` takes what is reserved past three quarters of what
+// it may reserve (the limit, else the device's memory).
+bool caching_state::near_capacity(std::size_t size) {
+  std::size_t cap = reserved_.limit().value_or(0);
+  if (cap == 0) {
+    if (device_memory_ == 0) device_memory_ = get_memory_info(device_).total;
+    cap = device_memory_;
+  }
+  return reserved_.bytes() + size > cap / 2;
+}
+
+bool caching_state::compact(bool out_of_memory) {
+  if (!options_.compact_under_pressure || options_.expandable || upstream_ != nullptr) return false;
+  if (compacting_ && (!out_of_memory || out_of_memory_)) return false;
+  range_.enable_under_pressure(out_of_memory);
+  out_of_memory_ = out_of_memory_ || out_of_memory;
+  compacting_ = range_.ready();
+  if (compacting_) {
+    syncmem::detail::logger().info(
+        "{}: out of memory in ordinary segments; large blocks now grow in the growable range", name_);
+  }
+  return compacting_;
 }
 
 void caching_state::throw_out_of_memory(std::size_t bytes, std::size_t key) {

@@ -106,6 +106,9 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   void retire_pool(stream_handle handle);
   std::size_t release_free(std::size_t max_cached_bytes);
   std::size_t release_idle_segments();
+  bool compact(bool out_of_memory);
+  bool near_capacity(std::size_t size);
+  [[nodiscard]] bool grows_from_idle() const noexcept { return options_.grow_from_idle || out_of_memory_; }
 
   // ---- configuration ----
   const device_id device_;
@@ -126,6 +129,9 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   caching::caching_totals totals_;
   caching::pointer_map live_;  // handed out, to callers or to per-thread caches
   caching::thread_caches caches_;
+  std::size_t device_memory_ = 0;  // the device's total memory, once asked
+  bool compacting_ = false;        // large blocks grow in the range (compact())
+  bool out_of_memory_ = false;     // and take idle pages first: memory ran out once
 };
 
 }  // namespace syncmem::mr::detail

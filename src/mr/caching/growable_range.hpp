@@ -58,6 +58,14 @@ class growable_range {
   // (false, for good, when the device has no virtual memory management).
   [[nodiscard]] bool ready();
   [[nodiscard]] bool in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
+  // Turns the range on when ordinary segments near their capacity, and its
+  // growths take idle pages first (with release_before_grow) once memory ran
+  // out (caching_options::compact_under_pressure); ready() then says whether
+  // the device has a range to give.
+  void enable_under_pressure(bool out_of_memory) noexcept {
+    config_.enabled = true;
+    config_.grow_from_idle = config_.grow_from_idle || out_of_memory;
+  }
   // The size of its pages, once ready().
   [[nodiscard]] std::size_t page_size() const noexcept { return page_size_; }
   // The size of its large pages, once ready(); 0 when it maps none.
@@ -154,7 +162,7 @@ class growable_range {
   syncmem::detail::backend& backend_;
   syncmem::detail::vmm_capability* vmm_;  // null where the backend has no virtual memory API
   const int index_;
-  const settings config_;
+  settings config_;  // enabled by enable_under_pressure
   const std::string name_;
   stream_pools& pools_;
   reservation& reserved_;
