@@ -7,6 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
