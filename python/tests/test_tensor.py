@@ -2,6 +2,7 @@
 dtypes, states, host access through numpy (zero-copy), prefetches,
 statistics, and errors as Python exceptions with syncmem's messages."""
 
+import gc
 import os
 import subprocess
 
@@ -178,6 +179,33 @@ def test_statistics_count_device_memory():
     del t
     syncmem.synchronize(EMULATED)
     assert syncmem.memory_stats(EMULATED)["live_allocations"] == before["live_allocations"]
+
+
+def test_statistics_total_every_byte_asked_for_and_given_back(rng):
+    gc.collect()
+    gc.disable()  # no garbage of earlier tests freed in between
+    try:
+        syncmem.synchronize(EMULATED)
+        before = syncmem.memory_stats(EMULATED)
+        sizes = [int(n) for n in rng.integers(1, 1 << 20, size=8)]
+        tensors = [syncmem.tensor(n, "uint8", EMULATED) for n in sizes]
+        for t in tensors:
+            t.prefetch_to_device()
+            t.synchronize()
+        during = syncmem.memory_stats(EMULATED)
+        asked = during["total_requested_bytes"] - before["total_requested_bytes"]
+        handed = during["total_allocated_bytes"] - before["total_allocated_bytes"]
+        assert asked == sum(sizes)
+        assert handed >= asked
+        assert during["total_freed_bytes"] == before["total_freed_bytes"]
+        del t, tensors
+        syncmem.synchronize(EMULATED)
+        after = syncmem.memory_stats(EMULATED)
+        assert after["total_requested_freed_bytes"] - before["total_requested_freed_bytes"] == asked
+        assert after["total_freed_bytes"] - before["total_freed_bytes"] == handed
+        assert after["total_requested_bytes"] == during["total_requested_bytes"]
+    finally:
+        gc.enable()
 
 
 def test_synced_memory_and_tensors_over_it(rng):

@@ -77,6 +77,10 @@ nb::dict caching_statistics_dict(const mr::caching_statistics& s) {
   d["segment_releases"] = s.segment_releases;
   d["oom_retries"] = s.oom_retries;
   d["ooms"] = s.ooms;
+  d["total_allocated_bytes"] = s.total_allocated_bytes;
+  d["total_freed_bytes"] = s.total_freed_bytes;
+  d["total_requested_bytes"] = s.total_requested_bytes;
+  d["total_requested_freed_bytes"] = s.total_requested_freed_bytes;
   return d;
 }
 
