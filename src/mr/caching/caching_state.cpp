@@ -298,13 +298,8 @@ block* caching_state::recover(pool_kind kind, std::size_t key, std::size_t bytes
   throw_out_of_memory(bytes, key);
 }
 
-// Ordinary segments could not serve a request with the whole cache given
-// back: their free memory lies in pieces that only their own segments can
-// use. From now on large blocks grow in the growable range, taking idle pages
-// from anywhere in it first, so that what is freed later serves any size.
-// Returns whether it switched.
-// Whether growing by `size` takes what is reserved past three quarters of what
-// it may reserve (the limit, else the device's memory).
+// Whether growing by `size` takes what is reserved past half of what it may
+// reserve (the limit, else the device's memory).
 bool caching_state::near_capacity(std::size_t size) {
   std::size_t cap = reserved_.limit().value_or(0);
   if (cap == 0) {
@@ -314,6 +309,11 @@ bool caching_state::near_capacity(std::size_t size) {
   return reserved_.bytes() + size > cap / 2;
 }
 
+// Ordinary segments keep their free memory in pieces that only their own
+// blocks can use. Near capacity, large blocks grow in the growable range
+// instead, where what is freed serves any size; once memory ran out, its
+// growths take idle pages from anywhere in it first. Returns whether it
+// switched (or, out of memory, started taking idle pages).
 bool caching_state::compact(bool out_of_memory) {
   if (!options_.compact_under_pressure || options_.expandable || upstream_ != nullptr) return false;
   if (compacting_ && (!out_of_memory || out_of_memory_)) return false;
@@ -322,7 +322,9 @@ bool caching_state::compact(bool out_of_memory) {
   compacting_ = range_.ready();
   if (compacting_) {
     syncmem::detail::logger().info(
-        "{}: out of memory in ordinary segments; large blocks now grow in the growable range", name_);
+        "{}: {}; large blocks now grow in the growable range{}", name_,
+        out_of_memory ? "out of memory in ordinary segments" : "past half of what it may reserve",
+        out_of_memory ? ", from idle pages first" : "");
   }
   return compacting_;
 }
