@@ -20,15 +20,13 @@
 //      streams, events, pools and graphs travel as opaque handles
 //      (stream_handle, event_handle, backend/handles.hpp) that it converts to
 //      its own objects and back (handle_of, pointer_of).
-//   2. Optional: implement pool_capability, vmm_capability or
-//      graph_capability (one class and source each, as src/backend/emulated
+//   2. Optional: implement pool_capability, vmm_capability,
+//      graph_capability or ipc_capability (one class and source each, as src/backend/emulated
 //      does) and return it from the accessor; the batched copies, the copy
 //      kernel and pageable_uploads_read_at_return decline by default.
 //   3. Register it: a `device_kind`, a slot in backend_for (backend.cpp) and in
 //      every per_kind table (backend/per_kind.hpp, kernels_for), and the
 //      other places docs/architecture.md lists under "Adding a backend".
-// A capability for IPC (sharing device memory between processes) is to be
-// added the same way, as an accessor returning nullptr by default.
 
 #include <array>
 #include <atomic>
@@ -38,6 +36,7 @@
 
 #include "backend/graph_capability.hpp"
 #include "backend/handles.hpp"
+#include "backend/ipc_capability.hpp"
 #include "backend/per_kind.hpp"
 #include "backend/pool_capability.hpp"
 #include "backend/vmm_capability.hpp"
@@ -182,6 +181,7 @@ class backend {
   [[nodiscard]] virtual pool_capability* pools() noexcept { return nullptr; }
   [[nodiscard]] virtual vmm_capability* virtual_memory() noexcept { return nullptr; }
   [[nodiscard]] virtual graph_capability* graphs() noexcept { return nullptr; }
+  [[nodiscard]] virtual ipc_capability* ipc() noexcept { return nullptr; }
 };
 
 // How many captures begun by syncmem::begin_capture are open, on any device

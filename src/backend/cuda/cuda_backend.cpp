@@ -21,6 +21,7 @@
 #include "backend/cuda/copy_kernels.hpp"
 #include "backend/cuda/cuda_graphs.hpp"
 #include "backend/cuda/cuda_handles.hpp"
+#include "backend/cuda/cuda_ipc.hpp"
 #include "backend/cuda/cuda_pools.hpp"
 #include "backend/cuda/cuda_vmm.hpp"
 #include "backend/cuda/driver_api.hpp"
@@ -491,6 +492,7 @@ class backend_impl final : public backend {
   pool_capability* pools() noexcept override { return &pools_; }
   vmm_capability* virtual_memory() noexcept override { return &vmm_; }
   graph_capability* graphs() noexcept override { return &graphs_; }
+  ipc_capability* ipc() noexcept override { return &ipc_; }
 
  private:
   // A yes-or-no property of each device, asked of the runtime once.
@@ -532,6 +534,7 @@ class backend_impl final : public backend {
   cuda_pools pools_;
   cuda_vmm vmm_;
   cuda_graphs graphs_;
+  cuda_ipc ipc_;
   std::atomic<bool> batch_supported_{true};
   per_device_answer host_pointers_;    // addresses_host_memory
   per_device_answer pageable_staged_;  // pageable_uploads_read_at_return

@@ -183,9 +183,11 @@ void emulated_backend::wait_for_device(int index) {
 void* emulated_backend::allocate(int index, std::size_t bytes) {
   auto& d = device(index);
   require_current(index, "allocate (cudaMalloc)");
-  const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), device_alignment);
+  std::size_t size = round_up(std::max<std::size_t>(bytes, 1), device_alignment);
+  size = round_up(size, device_alignment_for(size));
   if (!reserve_capacity(d, size)) return nullptr;
-  void* p = ::operator new (size, std::align_val_t{device_alignment}, std::nothrow);
+  void* p = size >= page_aligned_from ? ipc_.allocate_shareable(size) : nullptr;
+  if (p == nullptr) p = ::operator new (size, std::align_val_t{device_alignment_for(size)}, std::nothrow);
   if (p == nullptr) {
     d.used.fetch_sub(size);
     return nullptr;
@@ -207,7 +209,9 @@ void emulated_backend::deallocate(int index, void* p, std::size_t) noexcept {
     return;
   }
   device(index).used.fetch_sub(removed->size);
-  ::operator delete (p, std::align_val_t{device_alignment});
+  if (!ipc_.free_shareable(p, removed->size)) {
+    ::operator delete (p, std::align_val_t{device_alignment_for(removed->size)});
+  }
 }
 
 void* emulated_backend::allocate_pinned(std::size_t bytes, unsigned) {
@@ -492,6 +496,13 @@ std::optional<allocation> emulated_backend::remove_allocation(void* p) noexcept 
   return a;
 }
 
+std::optional<std::pair<std::uintptr_t, allocation>> emulated_backend::allocation_containing(const void* p) {
+  std::shared_lock lock{registry_mutex_};
+  const auto* found = find(p);
+  if (found == nullptr) return std::nullopt;
+  return std::pair{found->first, found->second};
+}
+
 const std::pair<const std::uintptr_t, allocation>* emulated_backend::find(const void* p) const {
   const auto address = reinterpret_cast<std::uintptr_t>(p);
   auto next = allocations_.upper_bound(address);
@@ -518,7 +529,9 @@ void emulated_backend::free_now(int index, void* p) noexcept {
   auto removed = remove_allocation(p);
   if (!removed) return;
   device(index).used.fetch_sub(removed->size);
-  ::operator delete (p, std::align_val_t{device_alignment});
+  if (!ipc_.free_shareable(p, removed->size)) {
+    ::operator delete (p, std::align_val_t{device_alignment_for(removed->size)});
+  }
 }
 
 void emulated_backend::wait_device_idle(int index) {

@@ -22,6 +22,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/emulated/emulated_graphs.hpp"
+#include "backend/emulated/emulated_ipc.hpp"
 #include "backend/emulated/emulated_pools.hpp"
 #include "backend/emulated/emulated_vmm.hpp"
 #include "backend/emulated/worker_stream.hpp"
@@ -39,6 +40,14 @@ inline constexpr unsigned char poison_byte = 0xFF;
 inline std::atomic<std::uint64_t> current_device_faults{0};
 
 [[nodiscard]] constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// Device allocations of 64 KiB and more are whole pages in a file of their
+// own, so that they can be shared with other processes (emulated_ipc);
+// smaller ones are heap memory, 256-aligned.
+inline constexpr std::size_t page_aligned_from = std::size_t{64} << 10;
+[[nodiscard]] constexpr std::size_t device_alignment_for(std::size_t size) {
+  return size >= page_aligned_from ? 4096 : device_alignment;
+}
 
 struct allocation {
   std::size_t size;
@@ -118,6 +127,7 @@ class emulated_backend final : public backend {
   pool_capability* pools() noexcept override { return &pools_; }
   vmm_capability* virtual_memory() noexcept override { return &vmm_; }
   graph_capability* graphs() noexcept override { return &graphs_; }
+  ipc_capability* ipc() noexcept override { return &ipc_; }
 
   // ---- for the capability classes --------------------------------------------
   device_state& device(int index);
@@ -128,6 +138,8 @@ class emulated_backend final : public backend {
   // Takes `size` bytes of the device's capacity; false when it has no room.
   static bool reserve_capacity(device_state& d, std::size_t size);
   void add_allocation(void* p, allocation a);
+  // The allocation holding p (its start and record), if any.
+  [[nodiscard]] std::optional<std::pair<std::uintptr_t, allocation>> allocation_containing(const void* p);
   std::optional<allocation> remove_allocation(void* p) noexcept;
   // Frees device memory of `allocate` without waiting for the device.
   void free_now(int index, void* p) noexcept;
@@ -186,6 +198,7 @@ class emulated_backend final : public backend {
   emulated_pools pools_{*this};
   emulated_vmm vmm_{*this};
   emulated_graphs graphs_{*this};
+  emulated_ipc ipc_{*this};
 };
 
 // The one instance, made on first use and never destroyed (objects may outlive main()).

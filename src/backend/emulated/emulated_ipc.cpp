@@ -1,0 +1,166 @@
+#include "backend/emulated/emulated_ipc.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "backend/emulated/emulated_backend.hpp"
+#include "core/process.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::detail::emulated {
+namespace {
+
+constexpr std::uint32_t memory_magic = 0x534d454d;  // "SMEM"
+
+// What export_memory writes into ipc_bytes.
+struct memory_description {
+  std::uint32_t magic;
+  std::int32_t fd;
+  std::uint64_t inode;
+  std::uint64_t device;
+  std::uint64_t size;
+};
+static_assert(sizeof(memory_description) <= sizeof(ipc_bytes));
+
+}  // namespace
+
+void* emulated_ipc::allocate_shareable(std::size_t size) noexcept {
+  // At most a quarter of the process's file descriptors, leaving the rest to
+  // the program (and to the virtual memory API's files).
+  static const std::size_t most_files = [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::size_t{256};
+    return static_cast<std::size_t>(limit.rlim_cur / 4);
+  }();
+  {
+    std::lock_guard lock{mutex_};
+    if (files_.size() >= most_files) return nullptr;
+  }
+  const int fd = ::memfd_create("syncmem-emulated", MFD_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  void* p = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(size)) == 0 && ::fstat(fd, &st) == 0) {
+    p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return nullptr;
+  }
+  try {
+    std::lock_guard lock{mutex_};
+    files_.emplace(reinterpret_cast<std::uintptr_t>(p), shared_file{fd, size, st.st_ino, st.st_dev});
+  } catch (...) {
+    ::munmap(p, size);
+    ::close(fd);
+    return nullptr;
+  }
+  return p;
+}
+
+bool emulated_ipc::free_shareable(void* p, std::size_t size) noexcept {
+  int fd = -1;
+  {
+    std::lock_guard lock{mutex_};
+    auto it = files_.find(reinterpret_cast<std::uintptr_t>(p));
+    if (it == files_.end()) return false;
+    fd = it->second.fd;
+    files_.erase(it);
+  }
+  ::munmap(p, size);
+  ::close(fd);
+  return true;
+}
+
+ipc_export emulated_ipc::export_memory(int index, const void* p) {
+  const auto found = backend_.allocation_containing(p);
+  SYNCMEM_EXPECTS(found && found->second.kind == memory_kind::device && found->second.device == index,
+                  fmt::format("ipc export: {} is not memory allocated on emulated:{}", p, index));
+  auto* const base = reinterpret_cast<void*>(found->first);  // NOLINT(performance-no-int-to-ptr)
+  const std::size_t size = found->second.size;
+  std::lock_guard lock{mutex_};
+  const auto it = files_.find(found->first);
+  if (it == files_.end()) {
+    SYNCMEM_FAIL(size < page_aligned_from
+                     ? fmt::format("ipc export: emulated devices share allocations of 64 KiB and more; the one "
+                                   "holding {} has {} bytes",
+                                   p, size)
+                     : fmt::format("ipc export: the allocation holding {} could not be made shareable when it was "
+                                   "made (too many files were in use)",
+                                   p));
+  }
+  ipc_export result{base, size, {}};
+  const memory_description d{memory_magic, it->second.fd, it->second.inode, it->second.device, size};
+  std::memcpy(result.memory.data(), &d, sizeof d);
+  return result;
+}
+
+void* emulated_ipc::open_memory(int index, const ipc_bytes& memory, std::size_t size, pid_t exporter) {
+  memory_description d{};
+  std::memcpy(&d, memory.data(), sizeof d);
+  SYNCMEM_EXPECTS(d.magic == memory_magic && d.size == size && d.fd >= 0,
+                  "ipc import: the handle does not describe emulated device memory (forged or damaged)");
+  const std::string path = fmt::format("/proc/{}/fd/{}", exporter, d.fd);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    SYNCMEM_FAIL(
+        fmt::format("ipc import: process {} no longer shares this memory (it exited or freed the "
+                    "allocation): {} ({})",
+                    exporter, path, std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_ino != d.inode || st.st_dev != d.device ||
+      static_cast<std::uint64_t>(st.st_size) < d.size) {
+    ::close(fd);
+    SYNCMEM_FAIL(
+        fmt::format("ipc import: process {} no longer shares this memory (the handle is stale: {} is "
+                    "another file now)",
+                    exporter, path));
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int error = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (p == MAP_FAILED) SYNCMEM_SYSTEM_FAIL(error, fmt::format("ipc import: mapping {} bytes", size));
+  backend_.add_allocation(p, {size, memory_kind::device, index});
+  return p;
+}
+
+void emulated_ipc::close_memory(int, void* base, std::size_t size) noexcept {
+  (void)backend_.remove_allocation(base);
+  ::munmap(base, size);
+}
+
+event_handle emulated_ipc::record_signal(int index, stream_handle s, std::shared_ptr<ipc_shared_word> word,
+                                         ipc_bytes&) {
+  backend_.to_stream(s, index).enqueue_uncaptured(
+      [word = std::move(word)] { word->signalled.store(1, std::memory_order_release); });
+  return event_handle{};
+}
+
+void emulated_ipc::wait_signal(int index, stream_handle s, const ipc_bytes&, std::shared_ptr<ipc_shared_word> word,
+                               pid_t exporter) {
+  backend_.to_stream(s, index).enqueue_uncaptured([word = std::move(word), exporter] {
+    auto pause = std::chrono::microseconds{10};
+    while (word->signalled.load(std::memory_order_acquire) == 0) {
+      if (!process_alive(exporter) && word->signalled.load(std::memory_order_acquire) == 0) {
+        SYNCMEM_FAIL(
+            fmt::format("ipc import: process {} exited before its writes to the shared memory were done", exporter));
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds{1000});
+    }
+  });
+}
+
+}  // namespace syncmem::detail::emulated
