@@ -131,3 +131,31 @@ def __getattr__(name: str):
 
         return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'syncmem' has no attribute {name!r}")
+
+
+def _rebuild_shared_tensor(handle: bytes, shape: tuple, dtype: str, offset: int) -> tensor:
+    return _syncmem._ipc_import_tensor(handle, shape, dtype, offset)
+
+
+def _reduce_shared_tensor(t: tensor):
+    """Sends a tensor to another process as a handle to its storage (CUDA IPC).
+
+    The receiver maps the same device memory, zero-copy, once; this process
+    holds the storage until the receiver lets go of it or exits (see
+    syncmem.ipc_collect). Only the device side is shared.
+    """
+    handle = _syncmem._ipc_export_tensor(t)
+    return (_rebuild_shared_tensor, (handle, t.shape, t.dtype, t.storage_offset))
+
+
+def _register_with_multiprocessing() -> None:
+    # As torch.multiprocessing does: multiprocessing's own pickler shares,
+    # plain pickle is left alone.
+    from multiprocessing.reduction import ForkingPickler
+
+    ForkingPickler.register(tensor, _reduce_shared_tensor)
+
+
+_register_with_multiprocessing()
+ipc_collect = _syncmem.ipc_collect
+ipc_exports_held = _syncmem.ipc_exports_held

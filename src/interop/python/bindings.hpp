@@ -24,6 +24,7 @@ void bind_devices(nb::module_& m);
 void bind_memory(nb::module_& m);
 void bind_dlpack(nb::module_& m);
 void bind_allocators(nb::module_& m);
+void bind_ipc(nb::module_& m);
 
 // The Python exception types (made by bind_errors), for raising from the bindings.
 PyObject* logic_error_type() noexcept;

@@ -17,4 +17,5 @@ NB_MODULE(_syncmem, m) {
   py::bind_memory(m);
   py::bind_dlpack(m);
   py::bind_allocators(m);
+  py::bind_ipc(m);
 }
