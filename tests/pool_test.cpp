@@ -99,5 +99,26 @@ TYPED_TEST(Pools, KeepsToItsLimit) {
   p.resource().deallocate(a, std::size_t{4} << 20, s);
 }
 
+// The pool's own resource takes the options given (the growable range here),
+// with never_split and limit applied over them.
+TYPED_TEST(Pools, ItsResourceTakesTheCachingOptionsGiven) {
+  stream s{this->dev()};
+  mr::caching_options growable;
+  growable.expandable = true;
+  growable.limit = std::size_t{64} << 20;
+  mr::pool p{this->dev(), {.never_split = true, .caching = growable}};
+  EXPECT_TRUE(p.resource().options().expandable);
+  EXPECT_EQ(p.resource().options().limit, growable.limit) << "no limit of the pool's own: the options' stays";
+  EXPECT_EQ(p.resource().options().max_split_size, std::size_t{1} << 20) << "never_split applies over the options";
+  const std::size_t n = std::size_t{3} << 20;
+  void* a = p.resource().allocate(n, s);
+  const auto snap = p.snapshot();
+  ASSERT_EQ(snap.segments.size(), 1u);
+  EXPECT_EQ(snap.segments[0].pool, mr::segment_pool::expandable);
+  p.resource().deallocate(a, n, s);
+  mr::pool limited{this->dev(), {.limit = std::size_t{8} << 20, .caching = growable}};
+  EXPECT_EQ(limited.resource().options().limit, std::size_t{8} << 20) << "the pool's limit wins";
+}
+
 }  // namespace
 }  // namespace syncmem::test

@@ -8,9 +8,9 @@ namespace syncmem::mr {
 
 namespace {
 caching_options options_for(const pool_options& o) {
-  caching_options c;
+  caching_options c = o.caching;
   if (o.never_split) c.max_split_size = std::size_t{1} << 20;
-  c.limit = o.limit;
+  if (o.limit) c.limit = o.limit;
   return c;
 }
 }  // namespace

@@ -28,6 +28,9 @@ struct pool_options {
   bool never_split = false;
   /// @brief The most bytes the pool may reserve from the device; none when empty.
   std::optional<std::size_t> limit;
+  /// @brief The options of the pool's own caching_resource (the growable
+  /// range, say); never_split and limit above are applied over them.
+  caching_options caching{};
 };
 
 /// @brief A pool of device memory: a caching_resource of its own, whose
