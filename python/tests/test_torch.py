@@ -428,8 +428,9 @@ def expect(what, f):
         return
     raise AssertionError(f"{what}: no error")
 expect("memory history recording", lambda: torch.cuda.memory._record_memory_history())
-expect("CUDA IPC", lambda: x.untyped_storage()._share_cuda_())
-expect("torch.cuda.MemPool", lambda: torch.cuda.MemPool())
+big = torch.ones(16 << 20, device="cuda")  # 64 MiB, in the growable range
+expect("SYNCMEM_ALLOC_CONF=expandable:0", lambda: big.untyped_storage()._share_cuda_())
+expect("checkPoolLiveAllocations", lambda: torch._C._cuda_checkPoolLiveAllocations(0, (0, 1), set()))
 print("ok")
 """
 
@@ -452,6 +453,151 @@ assert not syncmem.torch.enabled()
 assert (x + 1).sum().item() == 20  # PyTorch's own allocator still works
 print("ok")
 """
+
+
+# torch.multiprocessing sends a CUDA tensor to a spawned child: the child maps
+# the sender's memory (plain segments: CUDA IPC of cudaMalloc memory), reads
+# it, doubles it in place, and the sender sees the doubled values; once the
+# child has exited and torch has collected, the sender's memory is back.
+SHARE = """
+import sys
+import torch
+import torch.multiprocessing as mp
+import syncmem.torch
+
+
+def child(inbox, outbox):
+    syncmem.torch.enable()
+    t = inbox.get()
+    outbox.put(float(t.double().sum().item()))
+    t.mul_(2)
+    torch.cuda.synchronize()
+    outbox.put("doubled")
+    del t
+
+
+if __name__ == "__main__":
+    syncmem.torch.enable()
+    ctx = mp.get_context("spawn")
+    g = torch.Generator().manual_seed(int(sys.argv[1]))
+    values = torch.randn(int(torch.randint(1 << 10, 1 << 20, (1,), generator=g)), generator=g)
+    baseline = torch.cuda.memory_allocated()
+    x = values.cuda()
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=child, args=(inbox, outbox))
+    p.start()
+    inbox.put(x)
+    assert abs(outbox.get(timeout=300) - float(values.double().sum())) < 1e-6 * values.numel()
+    assert outbox.get(timeout=300) == "doubled"
+    assert torch.equal(x.cpu(), values * 2)
+    p.join(300)
+    assert p.exitcode == 0, p.exitcode
+    del x
+    torch.cuda.ipc_collect()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == baseline, (torch.cuda.memory_allocated(), baseline)
+    print("ok")
+"""
+
+
+def test_torch_multiprocessing_shares_cuda_tensors_of_plain_segments(tmp_path):
+    script = tmp_path / "share.py"  # spawn's children import the parent's main module
+    script.write_text(SHARE)
+    env = dict(os.environ, SYNCMEM_ALLOC_CONF="expandable:0")
+    seed = str(int.from_bytes(os.urandom(4), "little"))
+    out = checked(subprocess.run([sys.executable, str(script), seed], capture_output=True, text=True, env=env,
+                                 timeout=600, cwd=tmp_path))
+    assert out.stdout.strip().endswith("ok"), out.stdout
+
+
+# torch.cuda.MemPool: allocations inside use_mem_pool come from the pool (its
+# snapshot holds them, the default pool's does not), on this thread only;
+# use_count follows PyTorch's; the pool's memory goes back once the MemPool
+# and its tensors are gone; use_on_oom lends the pool to allocations that
+# fail elsewhere; a MemPool with an allocator of its own is refused by name.
+MEM_POOL = """
+import os, subprocess, sys, tempfile, threading
+import torch
+import syncmem.torch
+syncmem.torch.enable()
+rng = torch.Generator().manual_seed(int(sys.argv[1]))
+dev = torch.device("cuda")
+torch.ones(1, device=dev)
+torch.cuda.empty_cache()
+free_at_start = torch.cuda.mem_get_info()[0]
+
+def addresses(snapshot):
+    return {(s["address"], s["total_size"]) for s in snapshot}
+
+def inside(t, snapshot):
+    p = t.data_ptr()
+    return any(a <= p < a + n for a, n in addresses(snapshot))
+
+for no_split in (False, True):
+    pool = torch.cuda.MemPool(no_split=no_split)
+    assert pool.use_count() == 1, pool.use_count()
+    sizes = [int(torch.randint(1, 64 << 20, (1,), generator=rng)) for _ in range(8)]
+    values = [torch.randint(0, 255, (n,), dtype=torch.uint8, generator=rng) for n in sizes]
+    with torch.cuda.use_mem_pool(pool):
+        assert pool.use_count() == 2, pool.use_count()
+        inside_pool = [v.to(dev) for v in values]
+        other_thread = []
+        t = threading.Thread(target=lambda: other_thread.append(torch.empty(1 << 20, device=dev)))
+        t.start(); t.join()
+    outside = torch.empty(1 << 20, device=dev)
+    assert pool.use_count() == 1, pool.use_count()
+    snap = pool.snapshot()
+    assert all(inside(x, snap) for x in inside_pool), "an allocation inside use_mem_pool is not in the pool"
+    assert not inside(outside, snap) and not inside(other_thread[0], snap), "allocations outside went to the pool"
+    assert not any(inside(x, torch.cuda.memory_snapshot()) for x in inside_pool)
+    for x, v in zip(inside_pool, values):
+        assert torch.equal(x.cpu(), v)
+    # The MemPool goes first, its tensors after: the memory comes back with the last of them.
+    del pool
+    for x, v in zip(inside_pool, values):
+        assert torch.equal(x.cpu(), v)
+    del inside_pool, x, outside, other_thread
+    torch.cuda.empty_cache()
+    left = free_at_start - torch.cuda.mem_get_info()[0]
+    assert left <= (2 << 20), f"{left} bytes not given back"
+
+# use_on_oom: under a limit, an allocation the default pool cannot serve takes the pool's free memory.
+pool = torch.cuda.MemPool(use_on_oom=True)
+with torch.cuda.use_mem_pool(pool):
+    block = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+del block  # 256 MiB cached in the pool
+total = torch.cuda.get_device_properties(0).total_memory
+torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + (64 << 20)) / total)
+big = torch.empty(200 << 20, dtype=torch.uint8, device=dev)  # fits only in the pool's cached memory
+assert inside(big, pool.snapshot()), "use_on_oom did not lend the pool"
+del big
+torch.cuda.set_per_process_memory_fraction(1.0)
+del pool
+torch.cuda.empty_cache()
+
+# A pool of its own allocator is refused by name.
+with tempfile.TemporaryDirectory() as folder:
+    source = os.path.join(folder, "alloc.c")
+    with open(source, "w") as f:
+        f.write("#include <stddef.h>\\nvoid* my_alloc(ptrdiff_t n, int d, void* s) { return 0; }\\n"
+                "void my_free(void* p, ptrdiff_t n, int d, void* s) {}\\n")
+    library = os.path.join(folder, "alloc.so")
+    if subprocess.run(["cc", "-shared", "-fPIC", "-o", library, source]).returncode == 0:
+        custom = torch.cuda.memory.CUDAPluggableAllocator(library, "my_alloc", "my_free")
+        try:
+            torch.cuda.MemPool(custom.allocator())
+        except NotImplementedError as e:
+            assert "MemPool(allocator=...)" in str(e), e
+        else:
+            raise AssertionError("a MemPool with its own allocator was not refused")
+print("ok")
+"""
+
+
+def test_mem_pools_route_this_threads_allocations_and_give_memory_back():
+    seed = str(int.from_bytes(os.urandom(4), "little"))
+    out = checked(run_python(MEM_POOL, seed))
+    assert out.stdout.strip().endswith("ok"), out.stdout
 
 
 def test_enable_after_cuda_was_used_raises():

@@ -26,10 +26,6 @@ namespace {
 namespace alloc = c10::cuda::CUDACachingAllocator;
 using c10::CachingDeviceAllocator::DeviceStats;
 
-constexpr std::string_view mem_pools =
-    "torch.cuda.MemPool (memory pools outside CUDA graph capture; torch.cuda.graph and graph_pool_handle are "
-    "supported)";
-
 // The pointer the never-destroyed instance is reached by (PyTorch's deleters
 // are plain function pointers).
 std::atomic<torch_allocator*> the_allocator{nullptr};
@@ -193,8 +189,12 @@ void torch_allocator::copy_data(void* dest, const void* src, std::size_t count) 
 bool torch_allocator::initialized() { return true; }
 
 void torch_allocator::emptyCache(c10::MempoolId_t mempool_id) {
-  if (mempool_id != c10::MempoolId_t{0, 0}) not_supported("emptying one pool (emptyCache of a MemPool)");
+  if (mempool_id != c10::MempoolId_t{0, 0}) {
+    if (!mem_pools_.empty_cache(mempool_id)) not_supported("emptying a CUDA graph's pool (emptyCache(mempool_id))");
+    return;
+  }
   for (c10::DeviceIndex device : used_devices()) caching(device).empty_cache();
+  mem_pools_.empty_all();
 }
 
 DeviceStats torch_allocator::getDeviceStats(c10::DeviceIndex device) {
@@ -302,9 +302,7 @@ void torch_allocator::cacheInfo(c10::DeviceIndex device, std::size_t* largest_bl
   *largest_block = std::max(s.largest_free_block, free);
 }
 
-void* torch_allocator::getBaseAllocation(void* /*p*/, std::size_t* /*size*/) {
-  not_supported("getBaseAllocation (CUDA IPC: sharing CUDA tensors between processes)");
-}
+void* torch_allocator::getBaseAllocation(void* p, std::size_t* size) { return torch_ipc::base_allocation(p, size); }
 
 void torch_allocator::recordStream(const c10::DataPtr& p, c10::cuda::CUDAStream stream) {
   // As PyTorch's allocator: pointers it did not hand out (empty tensors,
@@ -321,32 +319,43 @@ void torch_allocator::recordStream(const c10::DataPtr& p, c10::cuda::CUDAStream 
   }
 }
 
-alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool /*include_traces*/) {
-  if (mempool_id != c10::MempoolId_t{0, 0}) not_supported("the snapshot of one pool (memory_snapshot(mempool_id))");
-  alloc::SnapshotInfo info;
-  for (c10::DeviceIndex device : used_devices()) {
-    const mr::allocator_snapshot snap = caching(device).snapshot();
-    for (const auto& seg : snap.segments) {
-      c10::CachingDeviceAllocator::SegmentInfo out;
-      out.device = device;
-      out.address = seg.address;
-      out.total_size = seg.size;
-      out.stream = seg.stream ? seg.stream->native_handle() : nullptr;
-      out.is_large = seg.pool != mr::segment_pool::small;
-      out.is_expandable = seg.pool == mr::segment_pool::expandable;
-      for (const auto& blk : seg.blocks) {
-        c10::CachingDeviceAllocator::BlockInfo b;
-        b.size = blk.size;
-        b.requested_size = blk.requested;
-        b.allocated = blk.state == mr::block_state::allocated;
-        b.active = blk.state != mr::block_state::free;
-        if (b.allocated) out.allocated_size += blk.size;
-        if (b.active) out.active_size += blk.size;
-        out.requested_size += blk.requested;
-        out.blocks.push_back(std::move(b));
-      }
-      info.segments.push_back(std::move(out));
+namespace {
+
+void append_segments(alloc::SnapshotInfo& info, c10::DeviceIndex device, const mr::allocator_snapshot& snap) {
+  for (const auto& seg : snap.segments) {
+    c10::CachingDeviceAllocator::SegmentInfo out;
+    out.device = device;
+    out.address = seg.address;
+    out.total_size = seg.size;
+    out.stream = seg.stream ? seg.stream->native_handle() : nullptr;
+    out.is_large = seg.pool != mr::segment_pool::small;
+    out.is_expandable = seg.pool == mr::segment_pool::expandable;
+    for (const auto& blk : seg.blocks) {
+      c10::CachingDeviceAllocator::BlockInfo b;
+      b.size = blk.size;
+      b.requested_size = blk.requested;
+      b.allocated = blk.state == mr::block_state::allocated;
+      b.active = blk.state != mr::block_state::free;
+      if (b.allocated) out.allocated_size += blk.size;
+      if (b.active) out.active_size += blk.size;
+      out.requested_size += blk.requested;
+      out.blocks.push_back(std::move(b));
     }
+    info.segments.push_back(std::move(out));
+  }
+}
+
+}  // namespace
+
+alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool /*include_traces*/) {
+  alloc::SnapshotInfo info;
+  if (mempool_id != c10::MempoolId_t{0, 0}) {
+    // A MemPool's own segments; other pools' are not kept apart.
+    auto pools = mem_pools_.snapshot(mempool_id);
+    if (!pools) not_supported("the snapshot of a CUDA graph's pool (memory_snapshot(mempool_id))");
+    for (const auto& [device, snap] : *pools) append_segments(info, device, snap);
+  } else {
+    for (c10::DeviceIndex device : used_devices()) append_segments(info, device, caching(device).snapshot());
   }
   info.device_traces.resize(static_cast<std::size_t>(std::max(device_count_.load(), 0)));
   // The options in force: the first device's (each device's are the same
@@ -372,6 +381,7 @@ void torch_allocator::beginAllocateToPool(c10::DeviceIndex device, c10::MempoolI
                                           std::function<bool(cudaStream_t)> filter) {
   (void)slot(device);  // checks the index
   TORCH_CHECK(filter, "syncmem.torch: beginAllocateToPool without a stream filter");
+  if (mem_pools_.begin(device, mempool_id, filter)) return;
   std::lock_guard lock{pools_mutex_};
   graph_pool_use& use = pools_[{device, mempool_id}];
   TORCH_CHECK(use.capture == 0, "syncmem.torch: beginAllocateToPool: pool (", mempool_id.first, ", ", mempool_id.second,
@@ -385,6 +395,7 @@ void torch_allocator::beginAllocateToPool(c10::DeviceIndex device, c10::MempoolI
 }
 
 void torch_allocator::endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  if (mem_pools_.end(device, mempool_id)) return;
   std::lock_guard lock{pools_mutex_};
   const auto it = pools_.find({device, mempool_id});
   TORCH_CHECK(it != pools_.end() && it->second.capture != 0,
@@ -394,6 +405,7 @@ void torch_allocator::endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_
 }
 
 void torch_allocator::releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  if (mem_pools_.release(device, mempool_id)) return;
   graph_pool dropped;  // released after the lock: freeing a pool's segments waits for the device
   {
     std::lock_guard lock{pools_mutex_};
@@ -407,38 +419,43 @@ void torch_allocator::releasePool(c10::DeviceIndex device, c10::MempoolId_t memp
 }
 
 int torch_allocator::getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  if (const auto uses = mem_pools_.use_count(device, mempool_id)) return *uses;
   std::lock_guard lock{pools_mutex_};
   const auto it = pools_.find({device, mempool_id});
   return it == pools_.end() ? 0 : it->second.uses;
 }
 
-void torch_allocator::createOrIncrefPool(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
-                                         std::shared_ptr<CUDAAllocator> /*allocator*/) {
-  // MemPool routes a thread's allocations outside capture, where syncmem's
-  // private pools' reuse rule (graphs replay in capture order) does not hold.
-  not_supported(mem_pools);
+void torch_allocator::createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                         std::shared_ptr<CUDAAllocator> allocator) {
+  (void)slot(device);  // checks the index
+  TORCH_CHECK_NOT_IMPLEMENTED(allocator == nullptr,
+                              "syncmem.torch: torch.cuda.MemPool(allocator=...) is not supported: under "
+                              "syncmem.torch every pool's memory comes from syncmem's allocator (make the MemPool "
+                              "without an allocator, or run without syncmem.torch.enable())");
+  {
+    std::lock_guard lock{pools_mutex_};
+    TORCH_CHECK(pools_.count({device, mempool_id}) == 0, "syncmem.torch: createOrIncrefPool: pool (", mempool_id.first,
+                ", ", mempool_id.second, ") is a CUDA graph's pool already");
+  }
+  mem_pools_.create_or_incref(device, mempool_id);
 }
 
-void torch_allocator::setUseOnOOM(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/, bool /*use_on_oom*/) {
-  not_supported(mem_pools);
+void torch_allocator::setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t mempool_id, bool use_on_oom) {
+  mem_pools_.set_use_on_oom(device, mempool_id, use_on_oom);
 }
 
-void torch_allocator::setNoSplit(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/) {
-  not_supported(mem_pools);
+void torch_allocator::setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  mem_pools_.set_no_split(device, mempool_id);
 }
 
 bool torch_allocator::checkPoolLiveAllocations(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
                                                const std::unordered_set<void*>& /*expected_live_allocations*/) {
-  not_supported(mem_pools);
+  not_supported("checkPoolLiveAllocations (CUDA graph trees: torch.compile(mode=\"reduce-overhead\"))");
 }
 
-alloc::ShareableHandle torch_allocator::shareIpcHandle(void* /*p*/) {
-  not_supported("shareIpcHandle (CUDA IPC: sharing CUDA tensors between processes)");
-}
+alloc::ShareableHandle torch_allocator::shareIpcHandle(void* p) { return {0, torch_ipc::share(p)}; }
 
-std::shared_ptr<void> torch_allocator::getIpcDevPtr(std::string /*handle*/) {
-  not_supported("getIpcDevPtr (CUDA IPC: sharing CUDA tensors between processes)");
-}
+std::shared_ptr<void> torch_allocator::getIpcDevPtr(std::string handle) { return ipc_.open(handle); }
 
 bool torch_allocator::isHistoryEnabled() { return false; }
 

@@ -20,6 +20,8 @@
 
 #include "syncmem/graph_pool.hpp"
 #include "syncmem/mr/caching_resource.hpp"
+#include "torch_ipc.hpp"
+#include "torch_mem_pools.hpp"
 
 namespace syncmem::interop {
 
@@ -166,6 +168,8 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, graph_pool_use> pools_;
   std::mutex observers_mutex_;
   std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> oom_observers_;
+  torch_ipc ipc_;
+  torch_mem_pools mem_pools_{[this](c10::DeviceIndex device) { return caching(device).options(); }};
 };
 
 }  // namespace syncmem::interop
