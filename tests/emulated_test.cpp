@@ -4,6 +4,9 @@
 // virtual memory API.
 #include "syncmem/emulated.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -143,6 +146,30 @@ TEST_F(EmulatedCurrentDevice, WhatRunsOnTheCurrentDeviceIsRefusedOnAnother) {
   const device_guard guard{device_id::emulated(other)};
   emu().destroy_stream(other, s);
   EXPECT_EQ(provoked(), 0u);
+}
+
+// A process forked after the devices ran has none of their threads: its use
+// of them is a clear error, not a wait forever (as CUDA refuses in a fork).
+TEST(Emulated, AForkedChildIsRefusedClearly) {
+  const device_id d = device_id::emulated(0);
+  default_stream(d).synchronize();  // the devices have run in this process
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int code = 3;
+    try {
+      stream s{d};
+      code = 2;  // no error
+    } catch (const logic_error& e) {
+      code = std::strstr(e.what(), "forked after they were used") != nullptr ? 0 : 1;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: another error, 2: no error, 3: another exception";
+  default_stream(d).synchronize();  // the parent's devices are untouched
 }
 
 TEST(Emulated, AllocationsArePoisonedAndCounted) {

@@ -436,6 +436,9 @@ void emulated_backend::enable_peer_access(int index, int peer) {
 }
 
 device_state& emulated_backend::device(int index) {
+  SYNCMEM_EXPECTS(!forked_after_workers_started(),
+                  "emulated devices cannot be used in a process forked after they were used (the fork has none of "
+                  "their threads), as CUDA devices cannot: start the process with spawn or forkserver, or exec");
   SYNCMEM_EXPECTS(
       index >= 0 && index < count_.load(std::memory_order_acquire),
       fmt::format("emulated device index {} is out of range: valid indices are 0..{}", index, count_.load() - 1));

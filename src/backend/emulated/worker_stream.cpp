@@ -1,5 +1,7 @@
 #include "backend/emulated/worker_stream.hpp"
 
+#include <pthread.h>
+
 #include <exception>
 #include <random>
 #include <string>
@@ -12,8 +14,27 @@
 
 namespace syncmem::detail::emulated {
 
+namespace {
+
+std::atomic<bool> workers_started{false};
+std::atomic<bool> forked_child{false};
+
+void note_a_worker_starts() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::pthread_atfork(nullptr, nullptr, [] {
+      if (workers_started.load(std::memory_order_relaxed)) forked_child.store(true, std::memory_order_relaxed);
+    });
+  });
+  workers_started.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+bool forked_after_workers_started() noexcept { return forked_child.load(std::memory_order_relaxed); }
+
 worker_stream::worker_stream(int device, const std::atomic<std::int64_t>& max_delay_us)
-    : device_{device}, max_delay_us_{max_delay_us}, thread_{[this] { run(); }} {}
+    : device_{device}, max_delay_us_{max_delay_us}, thread_{(note_a_worker_starts(), [this] { run(); })} {}
 
 worker_stream::~worker_stream() {
   {

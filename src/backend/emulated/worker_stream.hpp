@@ -17,6 +17,11 @@
 
 namespace syncmem::detail::emulated {
 
+// Whether this process was forked after a worker_stream had started: its
+// threads are not in the child, whose devices then refuse all use (as CUDA's
+// do in a forked child) instead of waiting forever.
+[[nodiscard]] bool forked_after_workers_started() noexcept;
+
 class worker_stream {
  public:
   // max_delay_us is read before every operation, so that the delay can be
