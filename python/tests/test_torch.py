@@ -427,7 +427,6 @@ def expect(what, f):
         assert "syncmem" in str(e), e
         return
     raise AssertionError(f"{what}: no error")
-expect("memory history recording", lambda: torch.cuda.memory._record_memory_history())
 big = torch.ones(16 << 20, device="cuda")  # 64 MiB, in the growable range
 expect("SYNCMEM_ALLOC_CONF=expandable:0", lambda: big.untyped_storage()._share_cuda_())
 expect("checkPoolLiveAllocations", lambda: torch._C._cuda_checkPoolLiveAllocations(0, (0, 1), set()))
@@ -597,6 +596,59 @@ print("ok")
 def test_mem_pools_route_this_threads_allocations_and_give_memory_back():
     seed = str(int.from_bytes(os.urandom(4), "little"))
     out = checked(run_python(MEM_POOL, seed))
+    assert out.stdout.strip().endswith("ok"), out.stdout
+
+
+# Memory history (torch.cuda.memory._record_memory_history): every allocation
+# and free in the trace with its Python stack, the stack of each live block in
+# the snapshot, and memory_viz renders it.
+HISTORY = """
+import sys
+import torch
+import syncmem.torch
+from torch.cuda import _memory_viz
+syncmem.torch.enable()
+rng = torch.Generator().manual_seed(int(sys.argv[1]))
+dev = torch.device("cuda")
+torch.ones(1, device=dev)
+
+def make(n):
+    return torch.empty(n, dtype=torch.uint8, device=dev)
+
+torch.cuda.memory._record_memory_history(max_entries=100000)
+sizes = [int(torch.randint(1, 8 << 20, (1,), generator=rng)) for _ in range(20)]
+tensors = [make(n) for n in sizes]
+kept = tensors[::2]
+freed = [t.data_ptr() for t in tensors[1::2]]
+del tensors
+snap = torch.cuda.memory._snapshot()
+trace = snap["device_traces"][0]
+allocs = {e["addr"] for e in trace if e["action"] == "alloc"}
+frees = {e["addr"] for e in trace if e["action"] == "free_completed"}
+assert all(t.data_ptr() in allocs for t in kept), "an allocation is missing from the trace"
+assert all(p in frees for p in freed), "a free is missing from the trace"
+assert all(any(f["name"] == "make" for f in e["frames"]) for e in trace
+           if e["action"] == "alloc" and e["addr"] in {t.data_ptr() for t in kept}), "an allocation without its stack"
+live = {}
+for seg in snap["segments"]:
+    addr = seg["address"]
+    for b in seg["blocks"]:
+        if b["state"] == "active_allocated":
+            live[addr] = b
+        addr += b["size"]
+for t in kept:
+    assert t.data_ptr() in live, "a live tensor is not an allocated block"
+    assert any(f["name"] == "make" for f in live[t.data_ptr()].get("frames", [])), "a live block without its stack"
+assert "<html" in _memory_viz.trace_plot(snap).lower()
+torch.cuda.memory._record_memory_history(enabled=None)
+assert not torch.cuda.memory._snapshot()["device_traces"][0], "the trace stays after recording stopped"
+print("ok")
+"""
+
+
+def test_memory_history_records_allocations_frees_and_stacks():
+    seed = str(int.from_bytes(os.urandom(4), "little"))
+    out = checked(run_python(HISTORY, seed))
     assert out.stdout.strip().endswith("ok"), out.stdout
 
 

@@ -138,6 +138,7 @@ void* torch_allocator::allocate_on(c10::DeviceIndex device, std::size_t bytes, c
       observers = oom_observers_;
     }
     const oom_info& info = e.info();
+    history_.on_oom(device, bytes, info.device_free.value_or(0), stream);
     for (auto& observer : observers) {
       observer(device, info.in_use.value_or(0), info.device_total.value_or(0), info.device_free.value_or(0));
     }
@@ -148,6 +149,10 @@ void* torch_allocator::allocate_on(c10::DeviceIndex device, std::size_t bytes, c
   }
   per_device& d = slot(device);
   raise_max(d.peak_live, d.live.fetch_add(1, std::memory_order_relaxed) + 1);
+  if (history_.enabled()) {
+    const auto a = resource.allocation_info(p);
+    history_.on_alloc(device, p, a ? a->block_bytes : bytes, stream);
+  }
   return p;
 }
 
@@ -164,6 +169,12 @@ void torch_allocator::release(void* p) noexcept {
     const std::optional<mr::live_allocation> a = resource->allocation_info(p);
     if (!a) continue;
     d.live.fetch_sub(1, std::memory_order_relaxed);
+    if (history_.enabled()) {
+      try {
+        history_.on_free(static_cast<c10::DeviceIndex>(i), p, a->block_bytes, a->stream.native_handle());
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a free goes on without its history entry
+      }
+    }
     resource->deallocate(p, a->requested_bytes, a->stream);
     return;
   }
@@ -321,7 +332,8 @@ void torch_allocator::recordStream(const c10::DataPtr& p, c10::cuda::CUDAStream 
 
 namespace {
 
-void append_segments(alloc::SnapshotInfo& info, c10::DeviceIndex device, const mr::allocator_snapshot& snap) {
+void append_segments(alloc::SnapshotInfo& info, c10::DeviceIndex device, const mr::allocator_snapshot& snap,
+                     torch_history& history) {
   for (const auto& seg : snap.segments) {
     c10::CachingDeviceAllocator::SegmentInfo out;
     out.device = device;
@@ -335,6 +347,7 @@ void append_segments(alloc::SnapshotInfo& info, c10::DeviceIndex device, const m
       b.size = blk.size;
       b.requested_size = blk.requested;
       b.allocated = blk.state == mr::block_state::allocated;
+      if (b.allocated && history.enabled()) b.context_when_allocated = history.context_of(seg.address + blk.offset);
       b.active = blk.state != mr::block_state::free;
       if (b.allocated) out.allocated_size += blk.size;
       if (b.active) out.active_size += blk.size;
@@ -353,11 +366,14 @@ alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool 
     // A MemPool's own segments; other pools' are not kept apart.
     auto pools = mem_pools_.snapshot(mempool_id);
     if (!pools) not_supported("the snapshot of a CUDA graph's pool (memory_snapshot(mempool_id))");
-    for (const auto& [device, snap] : *pools) append_segments(info, device, snap);
+    for (const auto& [device, snap] : *pools) append_segments(info, device, snap, history_);
   } else {
-    for (c10::DeviceIndex device : used_devices()) append_segments(info, device, caching(device).snapshot());
+    for (c10::DeviceIndex device : used_devices()) {
+      append_segments(info, device, caching(device).snapshot(), history_);
+    }
   }
-  info.device_traces.resize(static_cast<std::size_t>(std::max(device_count_.load(), 0)));
+  history_.on_snapshot();
+  info.device_traces = history_.traces(device_count_.load());
   // The options in force: the first device's (each device's are the same
   // unless syncmem made one before enable()).
   const std::vector<c10::DeviceIndex> used = used_devices();
@@ -457,16 +473,12 @@ alloc::ShareableHandle torch_allocator::shareIpcHandle(void* p) { return {0, tor
 
 std::shared_ptr<void> torch_allocator::getIpcDevPtr(std::string handle) { return ipc_.open(handle); }
 
-bool torch_allocator::isHistoryEnabled() { return false; }
+bool torch_allocator::isHistoryEnabled() { return history_.enabled(); }
 
-void torch_allocator::recordHistory(bool enabled, alloc::CreateContextFn /*context_recorder*/,
-                                    std::size_t /*alloc_trace_max_entries*/, alloc::RecordContext /*when*/,
-                                    bool /*clear_history*/, const std::vector<std::string>& /*skip_actions*/) {
-  if (enabled) {
-    not_supported(
-        "memory history recording (torch.cuda.memory._record_memory_history; syncmem.torch.save_snapshot "
-        "writes the current segments and blocks for `syncmem view`)");
-  }
+void torch_allocator::recordHistory(bool enabled, alloc::CreateContextFn context_recorder,
+                                    std::size_t alloc_trace_max_entries, alloc::RecordContext when, bool clear_history,
+                                    const std::vector<std::string>& skip_actions) {
+  history_.record(enabled, context_recorder, alloc_trace_max_entries, when, clear_history, skip_actions);
 }
 
 void torch_allocator::attachOutOfMemoryObserver(alloc::OutOfMemoryObserver observer) {

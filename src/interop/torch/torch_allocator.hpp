@@ -20,6 +20,7 @@
 
 #include "syncmem/graph_pool.hpp"
 #include "syncmem/mr/caching_resource.hpp"
+#include "torch_history.hpp"
 #include "torch_ipc.hpp"
 #include "torch_mem_pools.hpp"
 
@@ -169,6 +170,7 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   std::mutex observers_mutex_;
   std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> oom_observers_;
   torch_ipc ipc_;
+  torch_history history_;
   torch_mem_pools mem_pools_{[this](c10::DeviceIndex device) { return caching(device).options(); }};
 };
 

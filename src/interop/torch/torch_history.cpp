@@ -1,0 +1,108 @@
+#include "torch_history.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace syncmem::interop {
+namespace {
+
+using c10::CachingDeviceAllocator::RecordContext;
+using trace_entry = torch_history::trace_entry;
+
+constexpr std::size_t action_count = static_cast<std::size_t>(trace_entry::OOM) + 1;
+
+}  // namespace
+
+void torch_history::record(bool enabled, c10::CachingDeviceAllocator::CreateContextFn recorder, std::size_t max_entries,
+                           RecordContext when, bool clear, const std::vector<std::string>& skip) {
+  std::lock_guard lock{mutex_};
+  recorder_ = enabled ? recorder : nullptr;
+  when_ = enabled ? when : RecordContext::NEVER;
+  max_entries_ = std::max<std::size_t>(max_entries, 1);
+  skip_.assign(action_count, false);
+  for (const std::string& action : skip) {
+    skip_[static_cast<std::size_t>(c10::CachingDeviceAllocator::parseTraceEntryAction(action))] = true;
+  }
+  if (!enabled || clear) {
+    for (auto& t : traces_) t.clear();
+  }
+  if (!enabled) live_.clear();
+  enabled_.store(enabled, std::memory_order_relaxed);
+}
+
+void torch_history::add(c10::DeviceIndex device, trace_entry::Action action, std::size_t addr, std::size_t size,
+                        void* stream, context ctx) {
+  if (skip_[static_cast<std::size_t>(action)]) return;
+  const auto d = static_cast<std::size_t>(std::max<c10::DeviceIndex>(device, 0));
+  if (traces_.size() <= d) traces_.resize(d + 1);
+  auto& trace = traces_[d];
+  if (trace.size() == max_entries_) trace.pop_front();
+  trace.emplace_back(action, device, addr, size, stream, c10::MempoolId_t{0, 0}, c10::getApproximateTime(),
+                     std::move(ctx));
+}
+
+void torch_history::on_alloc(c10::DeviceIndex device, const void* p, std::size_t size, void* stream) {
+  if (!enabled()) return;
+  // The recorder runs outside the lock: it takes the GIL to read Python's stack.
+  std::unique_lock lock{mutex_};
+  const auto recorder = recorder_;
+  const auto when = when_;
+  lock.unlock();
+  context ctx = (recorder != nullptr && when >= RecordContext::STATE) ? recorder() : nullptr;
+  lock.lock();
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  live_[address] = ctx;
+  if (when >= RecordContext::ALLOC) add(device, trace_entry::ALLOC, address, size, stream, std::move(ctx));
+}
+
+void torch_history::on_free(c10::DeviceIndex device, const void* p, std::size_t size, void* stream) {
+  if (!enabled()) return;
+  std::unique_lock lock{mutex_};
+  const auto recorder = recorder_;
+  const auto when = when_;
+  lock.unlock();
+  context ctx = (recorder != nullptr && when >= RecordContext::ALL) ? recorder() : nullptr;
+  lock.lock();
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  live_.erase(address);
+  if (when >= RecordContext::ALLOC) {
+    // syncmem's caching resource orders a free by its stream itself: the
+    // request and its completion are one moment here.
+    add(device, trace_entry::FREE_REQUESTED, address, size, stream, ctx);
+    add(device, trace_entry::FREE_COMPLETED, address, size, stream, std::move(ctx));
+  }
+}
+
+void torch_history::on_oom(c10::DeviceIndex device, std::size_t size, std::size_t device_free, void* stream) {
+  if (!enabled()) return;
+  std::lock_guard lock{mutex_};
+  if (when_ >= RecordContext::ALLOC) add(device, trace_entry::OOM, device_free, size, stream, nullptr);
+}
+
+void torch_history::on_snapshot() {
+  if (!enabled()) return;
+  std::lock_guard lock{mutex_};
+  if (when_ < RecordContext::ALLOC) return;
+  for (std::size_t d = 0; d < traces_.size(); ++d) {
+    add(static_cast<c10::DeviceIndex>(d), trace_entry::SNAPSHOT, 0, 0, nullptr, nullptr);
+  }
+}
+
+std::vector<std::vector<trace_entry>> torch_history::traces(int device_count) {
+  std::lock_guard lock{mutex_};
+  std::vector<std::vector<trace_entry>> out(static_cast<std::size_t>(std::max(device_count, 0)));
+  auto to_unix = clock_.makeConverter();
+  for (std::size_t d = 0; d < traces_.size() && d < out.size(); ++d) {
+    out[d].assign(traces_[d].begin(), traces_[d].end());
+    for (auto& e : out[d]) e.time_.t_ = to_unix(e.time_.approx_t_);
+  }
+  return out;
+}
+
+torch_history::context torch_history::context_of(std::uintptr_t address) {
+  std::lock_guard lock{mutex_};
+  const auto it = live_.find(address);
+  return it == live_.end() ? nullptr : it->second;
+}
+
+}  // namespace syncmem::interop
