@@ -30,6 +30,7 @@
 #include "syncmem/copy.hpp"
 #include "syncmem/device_buffer.hpp"
 #include "syncmem/ipc.hpp"
+#include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/device_resource.hpp"
 #include "syncmem/synced_memory.hpp"
 #include "test_support.hpp"
@@ -313,6 +314,42 @@ TEST(IpcEmulated, ImportedMemoryOutlivesItsExporter) {
   EXPECT_EQ(test::read_device(s, imported.data(), size), seeded_bytes(seed, size));
 }
 
+// A block of the growable range spans pages that are files of their own: the
+// importer maps them side by side, as the exporter has them.
+TEST(IpcEmulated, BlocksOfTheGrowableRangeAreShared) {
+  const device_id device = device_id::emulated(0);
+  stream s{device};
+  mr::caching_options options;
+  options.expandable = true;
+  auto resource = std::make_shared<mr::caching_resource>(device, options);
+  // Past a first block, so that the shared one starts inside a page and spans several.
+  const std::size_t first = 4096 + test::rng()() % (std::size_t{1} << 20);
+  void* before = resource->allocate(first, s);
+  const std::size_t size = (std::size_t{5} << 20) + test::rng()() % (std::size_t{8} << 20);
+  void* p = resource->allocate(size, s);
+  ASSERT_EQ(resource->snapshot().segments.at(0).pool, mr::segment_pool::expandable);
+  const auto bytes = test::random_bytes(size);
+  copy(p, bytes.data(), size, s);
+  std::weak_ptr<void> watch;
+  ipc::memory_handle h;
+  {
+    const stream_view sv = s;
+    std::shared_ptr<void> owner{p, [resource, size, sv](void* q) { resource->deallocate(q, size, sv); }};
+    watch = owner;
+    h = ipc::export_memory(p, size, s, owner);
+  }
+  peer other;
+  ASSERT_EQ(other.ask("import " + h.to_hex()), "ok");
+  EXPECT_EQ(other.ask("checksum"), fnv1a(bytes));
+  const std::uint64_t seed = test::fresh_seed();
+  ASSERT_EQ(other.ask(fmt::format("fill {}", seed)), "ok");
+  ASSERT_EQ(other.ask("close"), "ok");
+  EXPECT_EQ(test::read_device(s, p, size), seeded_bytes(seed, size));
+  EXPECT_EQ(ipc::collect(), 1U);
+  EXPECT_TRUE(watch.expired()) << "the block went back to its resource";
+  resource->deallocate(before, first, s);
+}
+
 TEST(IpcEmulated, SmallAllocationsCannotBeSharedAndSayWhy) {
   const device_id device = device_id::emulated(0);
   stream s{device};
@@ -321,6 +358,24 @@ TEST(IpcEmulated, SmallAllocationsCannotBeSharedAndSayWhy) {
   EXPECT_THAT(test::error_of([&] { return ipc::export_memory(small.data(), small.size(), s, nullptr); }),
               HasSubstr("emulated devices share allocations of 64 KiB and more"));
   EXPECT_EQ(ipc::exports_held(), 0U);
+}
+
+// CUDA IPC shares memory of cudaMalloc; the growable range's pages are not
+// that, and exporting them says so.
+TEST(IpcCuda, TheGrowableRangeIsRefusedByName) {
+  if (device_count(device_kind::cuda) == 0) GTEST_SKIP() << "no CUDA device";
+  const device_id device = device_id::cuda(0);
+  stream s{device};
+  mr::caching_options options;
+  options.expandable = true;
+  mr::caching_resource resource{device, options};
+  const std::size_t size = std::size_t{4} << 20;
+  void* p = resource.allocate(size, s);
+  if (resource.snapshot().segments.at(0).pool == mr::segment_pool::expandable) {
+    EXPECT_THAT(test::error_of([&] { return ipc::export_memory(p, size, s, nullptr); }),
+                HasSubstr("not of the growable range"));
+  }
+  resource.deallocate(p, size, s);
 }
 
 }  // namespace

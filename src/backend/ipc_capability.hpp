@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "backend/handles.hpp"
 
@@ -21,11 +23,14 @@ namespace syncmem::detail {
 // reads (cudaIpcMemHandle_t and cudaIpcEventHandle_t are 64 bytes each).
 using ipc_bytes = std::array<std::byte, 64>;
 
-// The allocation that holds an exported pointer, and how to open it.
+// The memory that holds an exported range, and how to open it: `memory`,
+// and for memory made of many pieces (pages of the growable range) `extra`,
+// a longer description that goes in the control page.
 struct ipc_export {
   void* base = nullptr;
   std::size_t size = 0;
   ipc_bytes memory{};
+  std::vector<std::byte> extra;
 };
 
 // A word of memory shared by the exporter and its importer (in the control
@@ -42,15 +47,16 @@ class ipc_capability {
   ipc_capability& operator=(const ipc_capability&) = delete;
   virtual ~ipc_capability() = default;
 
-  // The allocation of device `index` that holds `p`, described for another
-  // process (cudaIpcGetMemHandle). Throws syncmem::logic_error naming why
-  // when `p` is not memory it can share.
-  [[nodiscard]] virtual ipc_export export_memory(int index, const void* p) = 0;
-  // Maps the allocation `memory` describes, of `size` bytes, exported by
-  // process `exporter`, into this process (cudaIpcOpenMemHandle). Throws
+  // The memory of device `index` that holds [p, p + bytes), described for
+  // another process (cudaIpcGetMemHandle of its allocation). Throws
+  // syncmem::logic_error naming why when it is not memory it can share.
+  [[nodiscard]] virtual ipc_export export_memory(int index, const void* p, std::size_t bytes) = 0;
+  // Maps the memory `memory` and `extra` describe, of `size` bytes, exported
+  // by process `exporter`, into this process (cudaIpcOpenMemHandle). Throws
   // syncmem::logic_error with the reason when it cannot (the exporter is
   // gone, the description is forged or stale).
-  [[nodiscard]] virtual void* open_memory(int index, const ipc_bytes& memory, std::size_t size, pid_t exporter) = 0;
+  [[nodiscard]] virtual void* open_memory(int index, const ipc_bytes& memory, std::span<const std::byte> extra,
+                                          std::size_t size, pid_t exporter) = 0;
   virtual void close_memory(int index, void* base, std::size_t size) noexcept = 0;
 
   // Ordering. record_signal marks the point of `s` after the work enqueued so

@@ -1,15 +1,16 @@
 #pragma once
 
 // The page an exporter and its importer share for one export: which state
-// the export is in, who imported it, and the word the exporter's stream
-// signals through. A memfd of one page, which the importer opens through
-// /proc/<exporter>/fd/<fd>.
+// the export is in, who imported it, the word the exporter's stream signals
+// through, and after it any longer description of the memory the backend
+// gave. A memfd, which the importer opens through /proc/<exporter>/fd/<fd>.
 
 #include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "backend/ipc_capability.hpp"
 
@@ -23,12 +24,13 @@ struct control_data {
   std::atomic<std::uint32_t> state;
   std::atomic<std::int32_t> importer;
   ipc_shared_word word;
+  std::uint64_t extra_size;  // the backend's longer description, on the pages after this one
 };
 
 class control_page {
  public:
-  // A new page for an export, in the state `exported`.
-  [[nodiscard]] static std::shared_ptr<control_page> create(std::uint64_t nonce);
+  // A new page for an export, in the state `exported`, followed by `extra`.
+  [[nodiscard]] static std::shared_ptr<control_page> create(std::uint64_t nonce, std::span<const std::byte> extra);
   // The page of process `exporter`'s file descriptor `fd`; throws
   // syncmem::logic_error when that process no longer has it (it exited, or the
   // export was released) or the handle does not match it.
@@ -40,6 +42,8 @@ class control_page {
   ~control_page();
 
   [[nodiscard]] control_data& data() const noexcept { return *data_; }
+  // The backend's longer description of the memory (empty for most).
+  [[nodiscard]] std::span<const std::byte> extra() const noexcept;
   // The exporter's descriptor and the file's identity, for the handle.
   [[nodiscard]] int fd() const noexcept { return fd_; }
   [[nodiscard]] std::uint64_t inode() const noexcept { return inode_; }
@@ -50,11 +54,12 @@ class control_page {
   }
 
  private:
-  control_page(control_data* data, int fd, std::uint64_t inode, std::uint64_t device) noexcept
-      : data_{data}, fd_{fd}, inode_{inode}, device_{device} {}
+  control_page(control_data* data, std::size_t mapped, int fd, std::uint64_t inode, std::uint64_t device) noexcept
+      : data_{data}, mapped_{mapped}, fd_{fd}, inode_{inode}, device_{device} {}
 
   control_data* data_;
-  int fd_;  // -1 in the importer, which keeps only the mapping
+  std::size_t mapped_;  // bytes of the file mapped at data_
+  int fd_;              // -1 in the importer, which keeps only the mapping
   std::uint64_t inode_;
   std::uint64_t device_;
 };

@@ -157,14 +157,14 @@ memory_handle export_memory(const void* p, std::size_t bytes, stream_view s, std
   const device_id device = s.device();
   ipc_capability& c = capability(device);
   device_guard guard{device};
-  const syncmem::detail::ipc_export shared = c.export_memory(device.index(), p);
+  const syncmem::detail::ipc_export shared = c.export_memory(device.index(), p, bytes);
   const auto offset =
       static_cast<std::size_t>(static_cast<const std::byte*>(p) - static_cast<const std::byte*>(shared.base));
   SYNCMEM_EXPECTS(offset + bytes <= shared.size,
                   fmt::format("ipc export: [{}, +{}) runs past the end of its allocation of {} bytes at {}", p, bytes,
                               shared.size, shared.base));
   const std::uint64_t nonce = random_nonce();
-  auto page = control_page::create(nonce);
+  auto page = control_page::create(nonce, shared.extra);
   wire_handle w{};
   w.magic = handle_magic;
   w.version = handle_version;
@@ -258,7 +258,7 @@ imported_memory import_memory(const memory_handle& h, stream_view s) {
       c.wait_signal(device.index(), s.handle(), w.event, control_page::word(state->page), w.exporter);
     }
   } else {
-    state->base = c.open_memory(device.index(), w.memory, w.allocation_size, w.exporter);
+    state->base = c.open_memory(device.index(), w.memory, state->page->extra(), w.allocation_size, w.exporter);
     state->allocation_size = w.allocation_size;
     state->data = static_cast<std::byte*>(state->base) + w.offset;
     c.wait_signal(device.index(), s.handle(), w.event, control_page::word(state->page), w.exporter);

@@ -16,16 +16,18 @@ namespace syncmem::detail::cuda {
 static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(ipc_bytes));
 static_assert(sizeof(cudaIpcEventHandle_t) <= sizeof(ipc_bytes));
 
-ipc_export cuda_ipc::export_memory(int index, const void* p) {
+ipc_export cuda_ipc::export_memory(int index, const void* p, std::size_t) {
   const auto& api = driver();
   SYNCMEM_EXPECTS(api.loaded, "ipc export: the CUDA driver lacks the calls syncmem needs");
   CUdeviceptr base = 0;
   std::size_t size = 0;
   const auto address = reinterpret_cast<CUdeviceptr>(p);
-  SYNCMEM_CU_TRY(api.pointer_get_attribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address));
-  SYNCMEM_CU_TRY(api.pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address));
   cudaIpcMemHandle_t handle{};
-  const cudaError_t status = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));  // NOLINT
+  cudaError_t status = cudaErrorInvalidValue;
+  if (api.pointer_get_attribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) == CUDA_SUCCESS &&
+      api.pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) == CUDA_SUCCESS) {
+    status = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));  // NOLINT(performance-no-int-to-ptr)
+  }
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     SYNCMEM_FAIL(
@@ -39,7 +41,8 @@ ipc_export cuda_ipc::export_memory(int index, const void* p) {
   return result;
 }
 
-void* cuda_ipc::open_memory(int index, const ipc_bytes& memory, std::size_t, pid_t exporter) {
+void* cuda_ipc::open_memory(int index, const ipc_bytes& memory, std::span<const std::byte>, std::size_t,
+                            pid_t exporter) {
   cudaIpcMemHandle_t handle{};
   std::memcpy(&handle, memory.data(), sizeof handle);
   void* p = nullptr;

@@ -9,8 +9,9 @@ namespace syncmem::detail::cuda {
 // event (cudaIpcGetEventHandle) recorded after the exporter's writes.
 class cuda_ipc final : public ipc_capability {
  public:
-  [[nodiscard]] ipc_export export_memory(int index, const void* p) override;
-  [[nodiscard]] void* open_memory(int index, const ipc_bytes& memory, std::size_t size, pid_t exporter) override;
+  [[nodiscard]] ipc_export export_memory(int index, const void* p, std::size_t bytes) override;
+  [[nodiscard]] void* open_memory(int index, const ipc_bytes& memory, std::span<const std::byte> extra,
+                                  std::size_t size, pid_t exporter) override;
   void close_memory(int index, void* base, std::size_t size) noexcept override;
   [[nodiscard]] event_handle record_signal(int index, stream_handle s, std::shared_ptr<ipc_shared_word> word,
                                            ipc_bytes& event) override;

@@ -128,6 +128,7 @@ class emulated_backend final : public backend {
   vmm_capability* virtual_memory() noexcept override { return &vmm_; }
   graph_capability* graphs() noexcept override { return &graphs_; }
   ipc_capability* ipc() noexcept override { return &ipc_; }
+  [[nodiscard]] emulated_vmm& vmm() noexcept { return vmm_; }
 
   // ---- for the capability classes --------------------------------------------
   device_state& device(int index);

@@ -21,9 +21,10 @@
 namespace syncmem::detail::emulated {
 namespace {
 
-constexpr std::uint32_t memory_magic = 0x534d454d;  // "SMEM"
+constexpr std::uint32_t memory_magic = 0x534d454d;  // "SMEM": one file
+constexpr std::uint32_t pieces_magic = 0x534d4750;  // "SMGP": pieces of the growable range, in `extra`
 
-// What export_memory writes into ipc_bytes.
+// What export_memory writes into ipc_bytes: one file, or how many pieces.
 struct memory_description {
   std::uint32_t magic;
   std::int32_t fd;
@@ -32,6 +33,38 @@ struct memory_description {
   std::uint64_t size;
 };
 static_assert(sizeof(memory_description) <= sizeof(ipc_bytes));
+
+// One piece of the growable range, at `offset` from the first.
+struct piece_description {
+  std::uint64_t offset;
+  std::uint64_t size;
+  std::uint64_t inode;
+  std::uint64_t device;
+  std::int32_t fd;
+  std::uint32_t unused;
+};
+
+// The exporter's file `fd`, opened here, if it still is the file the handle names.
+int open_exporters_file(pid_t exporter, int fd, std::uint64_t inode, std::uint64_t device, std::uint64_t size) {
+  const std::string path = fmt::format("/proc/{}/fd/{}", exporter, fd);
+  const int own = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (own < 0) {
+    SYNCMEM_FAIL(
+        fmt::format("ipc import: process {} no longer shares this memory (it exited or freed the "
+                    "allocation): {} ({})",
+                    exporter, path, std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(own, &st) != 0 || st.st_ino != inode || st.st_dev != device ||
+      static_cast<std::uint64_t>(st.st_size) < size) {
+    ::close(own);
+    SYNCMEM_FAIL(
+        fmt::format("ipc import: process {} no longer shares this memory (the handle is stale: {} is "
+                    "another file now)",
+                    exporter, path));
+  }
+  return own;
+}
 
 }  // namespace
 
@@ -83,55 +116,88 @@ bool emulated_ipc::free_shareable(void* p, std::size_t size) noexcept {
   return true;
 }
 
-ipc_export emulated_ipc::export_memory(int index, const void* p) {
+ipc_export emulated_ipc::export_memory(int index, const void* p, std::size_t bytes) {
   const auto found = backend_.allocation_containing(p);
   SYNCMEM_EXPECTS(found && found->second.kind == memory_kind::device && found->second.device == index,
                   fmt::format("ipc export: {} is not memory allocated on emulated:{}", p, index));
   auto* const base = reinterpret_cast<void*>(found->first);  // NOLINT(performance-no-int-to-ptr)
   const std::size_t size = found->second.size;
-  std::lock_guard lock{mutex_};
-  const auto it = files_.find(found->first);
-  if (it == files_.end()) {
-    SYNCMEM_FAIL(size < page_aligned_from
-                     ? fmt::format("ipc export: emulated devices share allocations of 64 KiB and more; the one "
-                                   "holding {} has {} bytes",
-                                   p, size)
-                     : fmt::format("ipc export: the allocation holding {} could not be made shareable when it was "
-                                   "made (too many files were in use)",
-                                   p));
+  std::unique_lock lock{mutex_};
+  if (const auto it = files_.find(found->first); it != files_.end()) {
+    ipc_export result{base, size, {}, {}};
+    const memory_description d{memory_magic, it->second.fd, it->second.inode, it->second.device, size};
+    std::memcpy(result.memory.data(), &d, sizeof d);
+    return result;
   }
-  ipc_export result{base, size, {}};
-  const memory_description d{memory_magic, it->second.fd, it->second.inode, it->second.device, size};
-  std::memcpy(result.memory.data(), &d, sizeof d);
-  return result;
+  lock.unlock();
+  if (backend_.vmm().reserved(p)) {
+    // A range of the virtual memory API, whose pages are files.
+    const auto pieces = backend_.vmm().pieces(p, bytes);
+    {
+      ipc_export result;
+      result.base = reinterpret_cast<void*>(pieces.front().address);  // NOLINT(performance-no-int-to-ptr)
+      result.size = pieces.back().address + pieces.back().size - pieces.front().address;
+      const memory_description d{pieces_magic, static_cast<std::int32_t>(pieces.size()), 0, 0, result.size};
+      std::memcpy(result.memory.data(), &d, sizeof d);
+      result.extra.resize(pieces.size() * sizeof(piece_description));
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const piece_description pd{pieces[i].address - pieces.front().address,
+                                   pieces[i].size,
+                                   pieces[i].inode,
+                                   pieces[i].device,
+                                   pieces[i].fd,
+                                   0};
+        std::memcpy(result.extra.data() + i * sizeof pd, &pd, sizeof pd);
+      }
+      return result;
+    }
+  }
+  SYNCMEM_FAIL(size < page_aligned_from
+                   ? fmt::format("ipc export: emulated devices share allocations of 64 KiB and more; the one "
+                                 "holding {} has {} bytes",
+                                 p, size)
+                   : fmt::format("ipc export: the allocation holding {} could not be made shareable when it was "
+                                 "made (too many files were in use)",
+                                 p));
 }
 
-void* emulated_ipc::open_memory(int index, const ipc_bytes& memory, std::size_t size, pid_t exporter) {
+void* emulated_ipc::open_memory(int index, const ipc_bytes& memory, std::span<const std::byte> extra, std::size_t size,
+                                pid_t exporter) {
   memory_description d{};
   std::memcpy(&d, memory.data(), sizeof d);
-  SYNCMEM_EXPECTS(d.magic == memory_magic && d.size == size && d.fd >= 0,
+  SYNCMEM_EXPECTS((d.magic == memory_magic || d.magic == pieces_magic) && d.size == size && d.fd >= 0,
                   "ipc import: the handle does not describe emulated device memory (forged or damaged)");
-  const std::string path = fmt::format("/proc/{}/fd/{}", exporter, d.fd);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    SYNCMEM_FAIL(
-        fmt::format("ipc import: process {} no longer shares this memory (it exited or freed the "
-                    "allocation): {} ({})",
-                    exporter, path, std::strerror(errno)));
+  void* p = nullptr;
+  if (d.magic == memory_magic) {
+    const int fd = open_exporters_file(exporter, d.fd, d.inode, d.device, d.size);
+    p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int error = errno;
+    ::close(fd);  // the mapping keeps the file
+    if (p == MAP_FAILED) SYNCMEM_SYSTEM_FAIL(error, fmt::format("ipc import: mapping {} bytes", size));
+  } else {
+    const auto count = static_cast<std::size_t>(d.fd);
+    SYNCMEM_EXPECTS(extra.size() == count * sizeof(piece_description),
+                    "ipc import: the handle's pieces do not match its description (forged or damaged)");
+    // An address range for the whole, each piece's file mapped at its place in it.
+    p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) SYNCMEM_SYSTEM_FAIL(errno, fmt::format("ipc import: reserving {} bytes", size));
+    try {
+      for (std::size_t i = 0; i < count; ++i) {
+        piece_description pd{};
+        std::memcpy(&pd, extra.data() + i * sizeof pd, sizeof pd);
+        SYNCMEM_EXPECTS(pd.offset + pd.size <= size, "ipc import: a piece lies outside the memory (forged or damaged)");
+        const int fd = open_exporters_file(exporter, pd.fd, pd.inode, pd.device, pd.size);
+        void* at = static_cast<std::byte*>(p) + pd.offset;
+        void* q = ::mmap(at, pd.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+        const int error = errno;
+        ::close(fd);
+        if (q != at) SYNCMEM_SYSTEM_FAIL(error, fmt::format("ipc import: mapping a piece of {} bytes", pd.size));
+      }
+    } catch (...) {
+      ::munmap(p, size);
+      throw;
+    }
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_ino != d.inode || st.st_dev != d.device ||
-      static_cast<std::uint64_t>(st.st_size) < d.size) {
-    ::close(fd);
-    SYNCMEM_FAIL(
-        fmt::format("ipc import: process {} no longer shares this memory (the handle is stale: {} is "
-                    "another file now)",
-                    exporter, path));
-  }
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int error = errno;
-  ::close(fd);  // the mapping keeps the file
-  if (p == MAP_FAILED) SYNCMEM_SYSTEM_FAIL(error, fmt::format("ipc import: mapping {} bytes", size));
   backend_.add_allocation(p, {size, memory_kind::device, index});
   return p;
 }

@@ -15,7 +15,9 @@ class emulated_backend;
 
 // Sharing emulated device memory with other processes. Device allocations of
 // 64 KiB and more are memfd files mapped shared (every caching segment is
-// one); the importer maps the same file through /proc/<exporter>/fd/<fd>.
+// one), and so is each page of the growable range (emulated_vmm); the
+// importer maps the same files through /proc/<exporter>/fd/<fd>, the pages
+// of a range side by side as the exporter has them.
 // Smaller allocations are heap memory and cannot be shared, nor can a large
 // one made when no file could be (the files in use reached a quarter of the
 // process's descriptors). The exporter
@@ -25,8 +27,9 @@ class emulated_ipc final : public ipc_capability {
  public:
   explicit emulated_ipc(emulated_backend& backend) noexcept : backend_{backend} {}
 
-  [[nodiscard]] ipc_export export_memory(int index, const void* p) override;
-  [[nodiscard]] void* open_memory(int index, const ipc_bytes& memory, std::size_t size, pid_t exporter) override;
+  [[nodiscard]] ipc_export export_memory(int index, const void* p, std::size_t bytes) override;
+  [[nodiscard]] void* open_memory(int index, const ipc_bytes& memory, std::span<const std::byte> extra,
+                                  std::size_t size, pid_t exporter) override;
   void close_memory(int index, void* base, std::size_t size) noexcept override;
   [[nodiscard]] event_handle record_signal(int index, stream_handle s, std::shared_ptr<ipc_shared_word> word,
                                            ipc_bytes& event) override;

@@ -1,6 +1,7 @@
 #include "backend/emulated/emulated_vmm.hpp"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,6 +31,8 @@ void* emulated_vmm::reserve(int index, std::size_t bytes) {
   if (p == MAP_FAILED)
     SYNCMEM_SYSTEM_FAIL(errno, fmt::format("vmm_reserve: cannot reserve {} bytes of address space", bytes));
   backend_.add_allocation(p, {bytes, memory_kind::device, index});
+  std::lock_guard lock{physical_mutex_};
+  reserved_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
   return p;
 }
 
@@ -37,6 +40,17 @@ void emulated_vmm::free_address(int index, void* p, std::size_t bytes) noexcept 
   (void)index;
   backend_.remove_allocation(p);
   ::munmap(p, bytes);
+  std::lock_guard lock{physical_mutex_};
+  reserved_.erase(reinterpret_cast<std::uintptr_t>(p));
+}
+
+bool emulated_vmm::reserved(const void* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lock{physical_mutex_};
+  auto it = reserved_.upper_bound(at);
+  if (it == reserved_.begin()) return false;
+  --it;
+  return at < it->first + it->second;
 }
 
 physical_handle emulated_vmm::create(int index, std::size_t bytes) {
@@ -54,9 +68,11 @@ physical_handle emulated_vmm::create(int index, std::size_t bytes) {
     if (error == ENOMEM || error == ENOSPC) return 0;
     SYNCMEM_SYSTEM_FAIL(error, fmt::format("vmm_create: cannot make a file of {} bytes to back the memory", bytes));
   }
+  struct stat st {};
+  (void)::fstat(fd, &st);
   std::lock_guard lock{physical_mutex_};
   const physical_handle handle = next_handle_++;
-  physical_.emplace(handle, physical_block{fd, index, bytes, true});
+  physical_.emplace(handle, physical_block{fd, index, bytes, true, st.st_ino, st.st_dev});
   return handle;
 }
 
@@ -85,12 +101,37 @@ void emulated_vmm::map(int index, void* p, std::size_t bytes, physical_handle h)
     if (backend_.poison()) std::memset(p, poison_byte, bytes);
     block->fresh = false;
   }
+  std::lock_guard lock{physical_mutex_};
+  mapped_[reinterpret_cast<std::uintptr_t>(p)] = h;
 }
 
 void emulated_vmm::unmap(int index, void* p, std::size_t bytes) noexcept {
   // Work in flight may still use the pages.
   detail::ignore_failure("synchronizing an emulated device before an unmap", [&] { backend_.wait_for_device(index); });
   ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lock{physical_mutex_};
+  mapped_.erase(mapped_.lower_bound(start), mapped_.lower_bound(start + bytes));
+}
+
+std::vector<emulated_vmm::mapped_piece> emulated_vmm::pieces(const void* p, std::size_t bytes) {
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  std::vector<mapped_piece> out;
+  std::lock_guard lock{physical_mutex_};
+  auto it = mapped_.upper_bound(start);
+  SYNCMEM_EXPECTS(it != mapped_.begin(), fmt::format("ipc export: {} is not mapped memory of the growable range", p));
+  --it;
+  std::uintptr_t at = it->first;
+  for (; it != mapped_.end() && it->first < start + bytes; ++it) {
+    const physical_block& b = physical_.at(it->second);
+    SYNCMEM_EXPECTS(it->first == at && at + b.size > start,
+                    fmt::format("ipc export: [{}, +{}) is not all mapped memory of the growable range", p, bytes));
+    out.push_back({it->first, b.size, b.fd, b.inode, b.file_device});
+    at += b.size;
+  }
+  SYNCMEM_EXPECTS(at >= start + bytes,
+                  fmt::format("ipc export: [{}, +{}) is not all mapped memory of the growable range", p, bytes));
+  return out;
 }
 
 }  // namespace syncmem::detail::emulated

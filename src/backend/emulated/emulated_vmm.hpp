@@ -1,8 +1,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/vmm_capability.hpp"
 
@@ -24,17 +27,35 @@ class emulated_vmm final : public vmm_capability {
   void map(int index, void* p, std::size_t bytes, physical_handle h) override;
   void unmap(int index, void* p, std::size_t bytes) noexcept override;
 
+  // The physical allocations mapped over [p, p + bytes), in address order,
+  // for sharing them with another process (emulated_ipc); throws
+  // syncmem::logic_error where part of the range is not mapped.
+  struct mapped_piece {
+    std::uintptr_t address;
+    std::size_t size;
+    int fd;
+    std::uint64_t inode;
+    std::uint64_t device;
+  };
+  [[nodiscard]] std::vector<mapped_piece> pieces(const void* p, std::size_t bytes);
+  // Whether p lies in an address range reserve() made.
+  [[nodiscard]] bool reserved(const void* p);
+
  private:
   struct physical_block {
     int fd;
     int device;
     std::size_t size;
     bool fresh;
+    std::uint64_t inode = 0;
+    std::uint64_t file_device = 0;
   };
 
   emulated_backend& backend_;
   std::mutex physical_mutex_;
   std::unordered_map<physical_handle, physical_block> physical_;
+  std::map<std::uintptr_t, physical_handle> mapped_;  // where each mapping starts
+  std::map<std::uintptr_t, std::size_t> reserved_;    // the ranges reserve() made
   physical_handle next_handle_ = 1;
 };
 

@@ -31,7 +31,7 @@ detail::ipc_export export_of(const void* p) {
   const device_id device = *owner;
   try {
     device_guard guard{device};
-    return cuda_ipc().export_memory(device.index(), p);
+    return cuda_ipc().export_memory(device.index(), p, 1);
   } catch (const std::exception& e) {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "syncmem.torch: sharing a CUDA tensor between processes: ", e.what(),
                                 " (set SYNCMEM_ALLOC_CONF=expandable:0 for memory CUDA IPC can share)");
@@ -68,7 +68,7 @@ std::shared_ptr<void> torch_ipc::open(const std::string& handle) {
   void* p = nullptr;
   try {
     device_guard guard{device};
-    p = cuda_ipc().open_memory(device.index(), bytes, 0, 0);
+    p = cuda_ipc().open_memory(device.index(), bytes, {}, 0, 0);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "syncmem.torch: getIpcDevPtr: ", e.what());
   }
