@@ -427,8 +427,6 @@ def expect(what, f):
         assert "syncmem" in str(e), e
         return
     raise AssertionError(f"{what}: no error")
-big = torch.ones(16 << 20, device="cuda")  # 64 MiB, in the growable range
-expect("SYNCMEM_ALLOC_CONF=expandable:0", lambda: big.untyped_storage()._share_cuda_())
 expect("checkPoolLiveAllocations", lambda: torch._C._cuda_checkPoolLiveAllocations(0, (0, 1), set()))
 print("ok")
 """
@@ -455,9 +453,10 @@ print("ok")
 
 
 # torch.multiprocessing sends a CUDA tensor to a spawned child: the child maps
-# the sender's memory (plain segments: CUDA IPC of cudaMalloc memory), reads
-# it, doubles it in place, and the sender sees the doubled values; once the
-# child has exited and torch has collected, the sender's memory is back.
+# the sender's memory (plain segments: CUDA IPC of the cudaMalloc segment;
+# the growable range: the block's pages), reads it, doubles it in place, and
+# the sender sees the doubled values; once the child has exited and torch has
+# collected, the sender's memory is back.
 SHARE = """
 import sys
 import torch
@@ -499,10 +498,13 @@ if __name__ == "__main__":
 """
 
 
-def test_torch_multiprocessing_shares_cuda_tensors_of_plain_segments(tmp_path):
+@pytest.mark.parametrize("conf", ["expandable:0", ""], ids=["plain-segments", "growable-range"])
+def test_torch_multiprocessing_shares_cuda_tensors(tmp_path, conf):
     script = tmp_path / "share.py"  # spawn's children import the parent's main module
     script.write_text(SHARE)
-    env = dict(os.environ, SYNCMEM_ALLOC_CONF="expandable:0")
+    env = {k: v for k, v in os.environ.items() if k != "SYNCMEM_ALLOC_CONF"}
+    if conf:
+        env["SYNCMEM_ALLOC_CONF"] = conf
     seed = str(int.from_bytes(os.urandom(4), "little"))
     out = checked(subprocess.run([sys.executable, str(script), seed], capture_output=True, text=True, env=env,
                                  timeout=600, cwd=tmp_path))

@@ -1,5 +1,7 @@
 #include "ipc/export_registry.hpp"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "backend/backend.hpp"
@@ -49,6 +51,7 @@ std::size_t export_registry::collect() {
   }
   // Outside the lock: dropping an owner frees memory, which may export nothing but takes other locks.
   for (auto& r : released) {
+    for (const int fd : r.files) ::close(fd);
     if (r.signal != event_handle{}) {
       ignore_failure("releasing the signal of an IPC export", [&] {
         device_guard guard{r.device};

@@ -25,6 +25,7 @@ struct export_record {
   event_handle signal{};
   void* data = nullptr;  // the exported pointer, for an import by this same process
   std::size_t size = 0;
+  std::vector<int> files;  // closed when the record goes (ipc_export::files)
 };
 
 class export_registry {

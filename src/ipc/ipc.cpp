@@ -158,6 +158,15 @@ memory_handle export_memory(const void* p, std::size_t bytes, stream_view s, std
   ipc_capability& c = capability(device);
   device_guard guard{device};
   const syncmem::detail::ipc_export shared = c.export_memory(device.index(), p, bytes);
+  // The export's files go with its record; closed here if it is never made.
+  struct file_guard {
+    const std::vector<int>* files;
+    ~file_guard() {
+      if (files != nullptr) {
+        for (const int fd : *files) ::close(fd);
+      }
+    }
+  } files_until_recorded{&shared.files};
   const auto offset =
       static_cast<std::size_t>(static_cast<const std::byte*>(p) - static_cast<const std::byte*>(shared.base));
   SYNCMEM_EXPECTS(offset + bytes <= shared.size,
@@ -180,8 +189,9 @@ memory_handle export_memory(const void* p, std::size_t bytes, stream_view s, std
   w.size = bytes;
   w.memory = shared.memory;
   const event_handle signal = c.record_signal(device.index(), s.handle(), control_page::word(page), w.event);
+  files_until_recorded.files = nullptr;
   export_registry::instance().add(
-      export_record{std::move(page), std::move(owner), device, signal, const_cast<void*>(p), bytes});
+      export_record{std::move(page), std::move(owner), device, signal, const_cast<void*>(p), bytes, shared.files});
   return handle_access::make(w);
 }
 

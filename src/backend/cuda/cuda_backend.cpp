@@ -534,7 +534,7 @@ class backend_impl final : public backend {
   cuda_pools pools_;
   cuda_vmm vmm_;
   cuda_graphs graphs_;
-  cuda_ipc ipc_;
+  cuda_ipc ipc_{vmm_};
   std::atomic<bool> batch_supported_{true};
   per_device_answer host_pointers_;    // addresses_host_memory
   per_device_answer pageable_staged_;  // pageable_uploads_read_at_return

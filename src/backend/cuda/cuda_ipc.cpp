@@ -1,12 +1,17 @@
 #include "backend/cuda/cuda_ipc.hpp"
 
 #include <cuda_runtime_api.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "backend/cuda/cuda_handles.hpp"
+#include "backend/cuda/cuda_vmm.hpp"
 #include "backend/cuda/driver_api.hpp"
 #include "core/log.hpp"
 #include "syncmem/error.hpp"
@@ -16,7 +21,126 @@ namespace syncmem::detail::cuda {
 static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(ipc_bytes));
 static_assert(sizeof(cudaIpcEventHandle_t) <= sizeof(ipc_bytes));
 
-ipc_export cuda_ipc::export_memory(int index, const void* p, std::size_t) {
+namespace {
+
+constexpr std::uint32_t pages_magic = 0x43554750;  // "CUGP": pages of the growable range, in `extra`
+
+// What `memory` holds for pages (a cudaIpcMemHandle_t otherwise).
+struct pages_description {
+  std::uint32_t magic;
+  std::uint32_t count;
+  std::uint64_t size;
+};
+static_assert(sizeof(pages_description) <= sizeof(ipc_bytes));
+
+// One page, at `offset` from the first, and the exporter's descriptor of it.
+struct page_description {
+  std::uint64_t offset;
+  std::uint64_t size;
+  std::int32_t fd;
+  std::uint32_t unused;
+};
+
+bool describes_pages(const ipc_bytes& memory) {
+  pages_description d{};
+  std::memcpy(&d, memory.data(), sizeof d);
+  return d.magic == pages_magic;
+}
+
+}  // namespace
+
+ipc_export cuda_ipc::export_pages(int index, const void* p, std::size_t bytes) {
+  const auto& api = driver();
+  SYNCMEM_EXPECTS(api.mem_export_to_shareable_handle != nullptr && vmm_.exportable(index),
+                  fmt::format("ipc export: the pages of cuda:{}'s growable range cannot be shared (the driver made "
+                              "them without POSIX file descriptors); set SYNCMEM_ALLOC_CONF=expandable:0 to share "
+                              "plain segments",
+                              index));
+  const auto pieces = vmm_.mappings().pieces(p, bytes);
+  ipc_export result;
+  result.base = reinterpret_cast<void*>(pieces.front().address);  // NOLINT(performance-no-int-to-ptr)
+  result.size = pieces.back().address + pieces.back().size - pieces.front().address;
+  const pages_description d{pages_magic, static_cast<std::uint32_t>(pieces.size()), result.size};
+  std::memcpy(result.memory.data(), &d, sizeof d);
+  result.extra.resize(pieces.size() * sizeof(page_description));
+  try {
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      int fd = -1;
+      SYNCMEM_CU_TRY(
+          api.mem_export_to_shareable_handle(&fd, pieces[i].handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+      result.files.push_back(fd);
+      const page_description pd{pieces[i].address - pieces.front().address, pieces[i].size, fd, 0};
+      std::memcpy(result.extra.data() + i * sizeof pd, &pd, sizeof pd);
+    }
+  } catch (...) {
+    for (const int fd : result.files) ::close(fd);
+    throw;
+  }
+  return result;
+}
+
+void* cuda_ipc::open_pages(int index, std::span<const std::byte> extra, std::size_t count, std::size_t size,
+                           pid_t exporter) {
+  const auto& api = driver();
+  SYNCMEM_EXPECTS(api.loaded && api.mem_import_from_shareable_handle != nullptr,
+                  "ipc import: the CUDA driver cannot import pages of another process");
+  SYNCMEM_EXPECTS(extra.size() == count * sizeof(page_description),
+                  "ipc import: the handle's pages do not match its description (forged or damaged)");
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, exporter, 0));
+  if (pidfd < 0) {
+    SYNCMEM_FAIL(fmt::format("ipc import: process {} no longer shares this memory (pidfd_open: {})", exporter,
+                             std::strerror(errno)));
+  }
+  imported_pages pages{size, {}};
+  CUdeviceptr base = 0;
+  auto undo = [&] {
+    if (base != 0) {
+      (void)api.mem_unmap(base, size);
+      (void)api.mem_address_free(base, size);
+    }
+    for (const auto h : pages.handles) (void)api.mem_release(h);
+    ::close(pidfd);
+  };
+  try {
+    SYNCMEM_CU_TRY(api.mem_address_reserve(&base, size, 0, 0, 0));
+    for (std::size_t i = 0; i < count; ++i) {
+      page_description pd{};
+      std::memcpy(&pd, extra.data() + i * sizeof pd, sizeof pd);
+      SYNCMEM_EXPECTS(pd.offset + pd.size <= size, "ipc import: a page lies outside the memory (forged or damaged)");
+      // A copy of the exporter's descriptor: it needs the right to trace the exporter (same user, ptrace_scope).
+      const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, pd.fd, 0));
+      if (fd < 0) {
+        SYNCMEM_FAIL(
+            fmt::format("ipc import: cannot take descriptor {} of process {} ({}): pidfd_getfd needs the "
+                        "right to trace the exporter (the same user, and kernel.yama.ptrace_scope 0 "
+                        "unless it is an ancestor)",
+                        pd.fd, exporter, std::strerror(errno)));
+      }
+      CUmemGenericAllocationHandle h = 0;
+      const CUresult status = api.mem_import_from_shareable_handle(
+          &h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      ::close(fd);
+      SYNCMEM_CU_TRY(status);
+      pages.handles.push_back(h);
+      SYNCMEM_CU_TRY(api.mem_map(base + pd.offset, pd.size, 0, h, 0));
+    }
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = index;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    SYNCMEM_CU_TRY(api.mem_set_access(base, size, &access, 1));
+    std::lock_guard lock{mutex_};
+    imported_.emplace(static_cast<std::uintptr_t>(base), std::move(pages));
+  } catch (...) {
+    undo();
+    throw;
+  }
+  ::close(pidfd);
+  return reinterpret_cast<void*>(base);  // NOLINT(performance-no-int-to-ptr)
+}
+
+ipc_export cuda_ipc::export_memory(int index, const void* p, std::size_t bytes) {
+  if (vmm_.mappings().in_reserved(p)) return export_pages(index, p, bytes);
   const auto& api = driver();
   SYNCMEM_EXPECTS(api.loaded, "ipc export: the CUDA driver lacks the calls syncmem needs");
   CUdeviceptr base = 0;
@@ -41,8 +165,14 @@ ipc_export cuda_ipc::export_memory(int index, const void* p, std::size_t) {
   return result;
 }
 
-void* cuda_ipc::open_memory(int index, const ipc_bytes& memory, std::span<const std::byte>, std::size_t,
+void* cuda_ipc::open_memory(int index, const ipc_bytes& memory, std::span<const std::byte> extra, std::size_t size,
                             pid_t exporter) {
+  if (describes_pages(memory)) {
+    pages_description d{};
+    std::memcpy(&d, memory.data(), sizeof d);
+    SYNCMEM_EXPECTS(d.size == size, "ipc import: the handle's size does not match its pages (forged or damaged)");
+    return open_pages(index, extra, d.count, size, exporter);
+  }
   cudaIpcMemHandle_t handle{};
   std::memcpy(&handle, memory.data(), sizeof handle);
   void* p = nullptr;
@@ -58,6 +188,24 @@ void* cuda_ipc::open_memory(int index, const ipc_bytes& memory, std::span<const 
 }
 
 void cuda_ipc::close_memory(int, void* base, std::size_t) noexcept {
+  imported_pages pages{};
+  bool were_pages = false;
+  {
+    std::lock_guard lock{mutex_};
+    if (auto it = imported_.find(reinterpret_cast<std::uintptr_t>(base)); it != imported_.end()) {
+      pages = std::move(it->second);
+      imported_.erase(it);
+      were_pages = true;
+    }
+  }
+  if (were_pages) {
+    const auto& api = driver();
+    const auto address = reinterpret_cast<CUdeviceptr>(base);
+    (void)api.mem_unmap(address, pages.size);
+    for (const auto h : pages.handles) (void)api.mem_release(h);
+    (void)api.mem_address_free(address, pages.size);
+    return;
+  }
   const cudaError_t status = cudaIpcCloseMemHandle(base);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();

@@ -33,20 +33,46 @@ std::size_t cuda_vmm::granularity(int index) {
 void* cuda_vmm::reserve(int, std::size_t bytes) {
   CUdeviceptr p = 0;
   SYNCMEM_CU_TRY(driver().mem_address_reserve(&p, bytes, 0, 0, 0));
+  mappings_.reserved(reinterpret_cast<void*>(p), bytes);
   return reinterpret_cast<void*>(p);
 }
 
 void cuda_vmm::free_address(int, void* p, std::size_t bytes) noexcept {
+  mappings_.freed(p);
   const CUresult status = driver().mem_address_free(reinterpret_cast<CUdeviceptr>(p), bytes);
   if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
     logger().error("cuMemAddressFree failed: {}", static_cast<int>(status));
   }
 }
 
+bool cuda_vmm::exportable(int index) const noexcept {
+  return index >= 0 && static_cast<std::size_t>(index) < exportable_.size() &&
+         exportable_[static_cast<std::size_t>(index)].load(std::memory_order_relaxed) == 1;
+}
+
+// Pages are made exportable as POSIX file descriptors, as PyTorch's
+// expandable segments are; a driver that refuses the handle type gets pages
+// without it, for good on that device.
 physical_handle cuda_vmm::create(int index, std::size_t bytes) {
   auto prop = allocation_prop(index);
   CUmemGenericAllocationHandle handle = 0;
-  const CUresult status = driver().mem_create(&handle, bytes, &prop, 0);
+  std::atomic<int>* exportable =
+      static_cast<std::size_t>(index) < exportable_.size() ? &exportable_[static_cast<std::size_t>(index)] : nullptr;
+  CUresult status = CUDA_ERROR_NOT_SUPPORTED;
+  if (exportable != nullptr && exportable->load(std::memory_order_relaxed) != 2) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    status = driver().mem_create(&handle, bytes, &prop, 0);
+    if (status == CUDA_SUCCESS) {
+      exportable->store(1, std::memory_order_relaxed);
+      return handle;
+    }
+    if (status == CUDA_ERROR_OUT_OF_MEMORY) return 0;
+    exportable->store(2, std::memory_order_relaxed);
+    logger().debug("cuMemCreate with POSIX file descriptors refused ({}) on cuda:{}: its pages cannot be shared",
+                   static_cast<int>(status), index);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  }
+  status = driver().mem_create(&handle, bytes, &prop, 0);
   if (status == CUDA_ERROR_OUT_OF_MEMORY) return 0;
   SYNCMEM_CU_TRY(status);
   return handle;
@@ -71,6 +97,7 @@ void cuda_vmm::map(int index, void* p, std::size_t bytes, physical_handle h) {
     driver().mem_unmap(address, bytes);
     throw_driver_error(status, "cuMemSetAccess", __FILE__, __LINE__);
   }
+  mappings_.mapped(p, bytes, h);
 }
 
 // One access change for the whole stretch: cuMemSetAccess costs about as
@@ -97,9 +124,16 @@ void cuda_vmm::map_pages(int index, void* p, std::size_t page, const physical_ha
     undo();
     throw_driver_error(status, "cuMemSetAccess", __FILE__, __LINE__);
   }
+  for (std::size_t i = 0; i < count; ++i) {
+    mappings_.mapped(reinterpret_cast<void*>(address + i * page), page, handles[i]);  // NOLINT
+  }
 }
 
 void cuda_vmm::unmap(int, void* p, std::size_t bytes) noexcept {
+  try {
+    mappings_.unmapped(p, bytes);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): only the ipc capability reads the mappings
+  }
   const CUresult status = driver().mem_unmap(reinterpret_cast<CUdeviceptr>(p), bytes);
   if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
     logger().error("cuMemUnmap failed: {}", static_cast<int>(status));

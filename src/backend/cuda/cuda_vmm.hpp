@@ -1,10 +1,16 @@
 #pragma once
 
+#include <array>
+#include <atomic>
+
 #include "backend/vmm_capability.hpp"
+#include "backend/vmm_mappings.hpp"
 
 namespace syncmem::detail::cuda {
 
-// The CUDA driver's virtual memory API (cuMemAddressReserve, cuMemCreate, cuMemMap).
+// The CUDA driver's virtual memory API (cuMemAddressReserve, cuMemCreate,
+// cuMemMap). Its physical allocations can be exported as POSIX file
+// descriptors (for CUDA IPC of the growable range), where the device allows.
 class cuda_vmm final : public vmm_capability {
  public:
   [[nodiscard]] std::size_t granularity(int index) override;
@@ -15,6 +21,16 @@ class cuda_vmm final : public vmm_capability {
   void map(int index, void* p, std::size_t bytes, physical_handle h) override;
   void unmap(int index, void* p, std::size_t bytes) noexcept override;
   void map_pages(int index, void* p, std::size_t page, const physical_handle* handles, std::size_t count) override;
+
+  // Where what is reserved and mapped, for cuda_ipc.
+  [[nodiscard]] const vmm_mappings& mappings() const noexcept { return mappings_; }
+  // Whether the device's physical allocations are made exportable.
+  [[nodiscard]] bool exportable(int index) const noexcept;
+
+ private:
+  vmm_mappings mappings_;
+  // Per device: 0 not tried yet, 1 exportable, 2 the driver refused the handle type.
+  std::array<std::atomic<int>, 64> exportable_{};
 };
 
 }  // namespace syncmem::detail::cuda

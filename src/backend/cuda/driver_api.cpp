@@ -41,6 +41,8 @@ const driver_api& driver() noexcept {
     ok &= load(a.get_error_name, "cuGetErrorName", 6000);
     ok &= load(a.get_error_string, "cuGetErrorString", 6000);
     a.loaded = ok;
+    load(a.mem_export_to_shareable_handle, "cuMemExportToShareableHandle", 10020);
+    load(a.mem_import_from_shareable_handle, "cuMemImportFromShareableHandle", 10020);
     load(a.memcpy_async, "cuMemcpyAsync", 4000);
     load(a.event_record, "cuEventRecord", 2000);
     load(a.stream_is_capturing, "cuStreamIsCapturing", 10000);

@@ -26,6 +26,12 @@ struct driver_api {
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
   bool loaded = false;  // every pointer above was found
+  // Sharing pages of the virtual memory API with other processes (not
+  // counted by `loaded`: null where the driver lacks them).
+  CUresult (*mem_export_to_shareable_handle)(void*, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                                             unsigned long long) = nullptr;
+  CUresult (*mem_import_from_shareable_handle)(CUmemGenericAllocationHandle*, void*,
+                                               CUmemAllocationHandleType) = nullptr;
   // The calls each small copy makes, straight to the driver: the runtime's
   // wrappers cost about 0.1 us each (H200), and a synced round trip of 4 B
   // (about 8 us) makes six of these calls. The backend makes the runtime's

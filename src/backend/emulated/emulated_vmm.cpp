@@ -31,8 +31,7 @@ void* emulated_vmm::reserve(int index, std::size_t bytes) {
   if (p == MAP_FAILED)
     SYNCMEM_SYSTEM_FAIL(errno, fmt::format("vmm_reserve: cannot reserve {} bytes of address space", bytes));
   backend_.add_allocation(p, {bytes, memory_kind::device, index});
-  std::lock_guard lock{physical_mutex_};
-  reserved_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  mappings_.reserved(p, bytes);
   return p;
 }
 
@@ -40,17 +39,7 @@ void emulated_vmm::free_address(int index, void* p, std::size_t bytes) noexcept 
   (void)index;
   backend_.remove_allocation(p);
   ::munmap(p, bytes);
-  std::lock_guard lock{physical_mutex_};
-  reserved_.erase(reinterpret_cast<std::uintptr_t>(p));
-}
-
-bool emulated_vmm::reserved(const void* p) {
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  std::lock_guard lock{physical_mutex_};
-  auto it = reserved_.upper_bound(at);
-  if (it == reserved_.begin()) return false;
-  --it;
-  return at < it->first + it->second;
+  mappings_.freed(p);
 }
 
 physical_handle emulated_vmm::create(int index, std::size_t bytes) {
@@ -101,36 +90,24 @@ void emulated_vmm::map(int index, void* p, std::size_t bytes, physical_handle h)
     if (backend_.poison()) std::memset(p, poison_byte, bytes);
     block->fresh = false;
   }
-  std::lock_guard lock{physical_mutex_};
-  mapped_[reinterpret_cast<std::uintptr_t>(p)] = h;
+  mappings_.mapped(p, bytes, h);
 }
 
 void emulated_vmm::unmap(int index, void* p, std::size_t bytes) noexcept {
   // Work in flight may still use the pages.
   detail::ignore_failure("synchronizing an emulated device before an unmap", [&] { backend_.wait_for_device(index); });
   ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-  const auto start = reinterpret_cast<std::uintptr_t>(p);
-  std::lock_guard lock{physical_mutex_};
-  mapped_.erase(mapped_.lower_bound(start), mapped_.lower_bound(start + bytes));
+  detail::ignore_failure("forgetting an emulated mapping", [&] { mappings_.unmapped(p, bytes); });
 }
 
 std::vector<emulated_vmm::mapped_piece> emulated_vmm::pieces(const void* p, std::size_t bytes) {
-  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  const auto mapped = mappings_.pieces(p, bytes);
   std::vector<mapped_piece> out;
   std::lock_guard lock{physical_mutex_};
-  auto it = mapped_.upper_bound(start);
-  SYNCMEM_EXPECTS(it != mapped_.begin(), fmt::format("ipc export: {} is not mapped memory of the growable range", p));
-  --it;
-  std::uintptr_t at = it->first;
-  for (; it != mapped_.end() && it->first < start + bytes; ++it) {
-    const physical_block& b = physical_.at(it->second);
-    SYNCMEM_EXPECTS(it->first == at && at + b.size > start,
-                    fmt::format("ipc export: [{}, +{}) is not all mapped memory of the growable range", p, bytes));
-    out.push_back({it->first, b.size, b.fd, b.inode, b.file_device});
-    at += b.size;
+  for (const auto& m : mapped) {
+    const physical_block& b = physical_.at(m.handle);
+    out.push_back({m.address, m.size, b.fd, b.inode, b.file_device});
   }
-  SYNCMEM_EXPECTS(at >= start + bytes,
-                  fmt::format("ipc export: [{}, +{}) is not all mapped memory of the growable range", p, bytes));
   return out;
 }
 

@@ -2,12 +2,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/vmm_capability.hpp"
+#include "backend/vmm_mappings.hpp"
 
 namespace syncmem::detail::emulated {
 
@@ -39,7 +39,7 @@ class emulated_vmm final : public vmm_capability {
   };
   [[nodiscard]] std::vector<mapped_piece> pieces(const void* p, std::size_t bytes);
   // Whether p lies in an address range reserve() made.
-  [[nodiscard]] bool reserved(const void* p);
+  [[nodiscard]] bool reserved(const void* p) const { return mappings_.in_reserved(p); }
 
  private:
   struct physical_block {
@@ -54,8 +54,7 @@ class emulated_vmm final : public vmm_capability {
   emulated_backend& backend_;
   std::mutex physical_mutex_;
   std::unordered_map<physical_handle, physical_block> physical_;
-  std::map<std::uintptr_t, physical_handle> mapped_;  // where each mapping starts
-  std::map<std::uintptr_t, std::size_t> reserved_;    // the ranges reserve() made
+  vmm_mappings mappings_;
   physical_handle next_handle_ = 1;
 };
 

@@ -313,7 +313,11 @@ void torch_allocator::cacheInfo(c10::DeviceIndex device, std::size_t* largest_bl
   *largest_block = std::max(s.largest_free_block, free);
 }
 
-void* torch_allocator::getBaseAllocation(void* p, std::size_t* size) { return torch_ipc::base_allocation(p, size); }
+// A block's place decides how CUDA IPC shares it (torch_ipc).
+void* torch_allocator::getBaseAllocation(void* p, std::size_t* size) {
+  const auto block = block_of(p);
+  return torch_ipc::base_allocation(p, block.first, block.second, size);
+}
 
 void torch_allocator::recordStream(const c10::DataPtr& p, c10::cuda::CUDAStream stream) {
   // As PyTorch's allocator: pointers it did not hand out (empty tensors,
@@ -469,7 +473,22 @@ bool torch_allocator::checkPoolLiveAllocations(c10::DeviceIndex /*device*/, c10:
   not_supported("checkPoolLiveAllocations (CUDA graph trees: torch.compile(mode=\"reduce-overhead\"))");
 }
 
-alloc::ShareableHandle torch_allocator::shareIpcHandle(void* p) { return {0, torch_ipc::share(p)}; }
+alloc::ShareableHandle torch_allocator::shareIpcHandle(void* p) {
+  const auto block = block_of(p);
+  return {0, torch_ipc::share(p, block.first, block.second)};
+}
+
+// The start of a segment (what getBaseAllocation gives for plain segments)
+// need not start a live block: it counts as plain.
+std::pair<std::size_t, bool> torch_allocator::block_of(void* p) {
+  const std::size_t end = devices_used_end_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < end; ++i) {
+    mr::caching_resource* const resource = devices_[i].resource.load(std::memory_order_acquire);
+    if (resource == nullptr) continue;
+    if (const auto a = resource->allocation_info(p)) return {a->block_bytes, a->pool == mr::segment_pool::expandable};
+  }
+  return {0, false};
+}
 
 std::shared_ptr<void> torch_allocator::getIpcDevPtr(std::string handle) { return ipc_.open(handle); }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "syncmem/graph_pool.hpp"
@@ -152,6 +153,9 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   static void free_block(void* p);
   void release(void* p) noexcept;
   per_device& slot(c10::DeviceIndex device);
+  // The size of the block at p, and whether it lies in the growable range
+  // ({0, false} where no live block starts at p).
+  [[nodiscard]] std::pair<std::size_t, bool> block_of(void* p);
   mr::caching_resource& caching(c10::DeviceIndex device);
   [[nodiscard]] std::vector<c10::DeviceIndex> used_devices() const;
 

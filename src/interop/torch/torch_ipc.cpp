@@ -1,21 +1,27 @@
 #include "torch_ipc.hpp"
 
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <span>
 
 #include "backend/backend.hpp"
+#include "syncmem/cuda/interop.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/ipc.hpp"
+#include "syncmem/stream.hpp"
 
 namespace syncmem::interop {
 namespace {
 
 constexpr char cuda_malloc_handle = 'c';  // PyTorch's SHAREABLE_CUDA_MALLOC
+constexpr char syncmem_handle = 's';      // a syncmem::ipc::memory_handle
 
 detail::ipc_capability& cuda_ipc() {
   detail::ipc_capability* c = detail::backend_for(device_kind::cuda).ipc();
@@ -40,13 +46,33 @@ detail::ipc_export export_of(const void* p) {
 
 }  // namespace
 
-void* torch_ipc::base_allocation(void* p, std::size_t* size) {
+void* torch_ipc::base_allocation(void* p, std::size_t block_bytes, bool growable, std::size_t* size) {
+  if (growable) {
+    if (size != nullptr) *size = block_bytes;
+    return p;
+  }
   const detail::ipc_export e = export_of(p);
   if (size != nullptr) *size = e.size;
   return e.base;
 }
 
-std::string torch_ipc::share(void* base) {
+std::string torch_ipc::share(void* base, std::size_t block_bytes, bool growable) {
+  if (growable) {
+    const device_id device = device_id::cuda(c10::cuda::current_device());
+    ipc::memory_handle h;
+    try {
+      const stream_view s =
+          syncmem::cuda::make_stream_view(c10::cuda::getCurrentCUDAStream(device.index()).stream(), device.index());
+      // PyTorch holds the storage until the receiver lets go: the export holds nothing more.
+      h = ipc::export_memory(base, block_bytes, s, nullptr);
+    } catch (const std::exception& e) {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "syncmem.torch: sharing a CUDA tensor between processes: ", e.what(),
+                                  " (set SYNCMEM_ALLOC_CONF=expandable:0 to share plain segments instead)");
+    }
+    std::string handle(1 + h.bytes().size(), syncmem_handle);
+    std::memcpy(handle.data() + 1, h.bytes().data(), h.bytes().size());
+    return handle;
+  }
   const detail::ipc_export e = export_of(base);
   TORCH_CHECK(e.base == base, "syncmem.torch: shareIpcHandle(", base, ") is not the start of an allocation");
   std::string handle(1 + e.memory.size(), cuda_malloc_handle);
@@ -55,6 +81,19 @@ std::string torch_ipc::share(void* base) {
 }
 
 std::shared_ptr<void> torch_ipc::open(const std::string& handle) {
+  if (!handle.empty() && handle[0] == syncmem_handle) {
+    std::shared_ptr<ipc::imported_memory> memory;
+    try {
+      const auto h = ipc::memory_handle::from_bytes(
+          std::span{reinterpret_cast<const std::byte*>(handle.data()) + 1, handle.size() - 1});
+      const stream_view s = syncmem::cuda::make_stream_view(
+          c10::cuda::getCurrentCUDAStream(h.device().index()).stream(), h.device().index());
+      memory = std::make_shared<ipc::imported_memory>(ipc::import_memory(h, s));
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "syncmem.torch: getIpcDevPtr: ", e.what());
+    }
+    return {memory->data(), [memory](void*) mutable { memory.reset(); }};
+  }
   detail::ipc_bytes bytes{};
   TORCH_CHECK(handle.size() == 1 + bytes.size() && handle[0] == cuda_malloc_handle,
               "syncmem.torch: getIpcDevPtr: not a handle of a cudaMalloc allocation shared by syncmem.torch (",

@@ -14,13 +14,18 @@
 
 namespace syncmem::interop {
 
+// Plain segments go as PyTorch's own handles do: a type byte ('c', a
+// cudaMalloc allocation) and the cudaIpcMemHandle_t of the segment. A block of
+// the growable range goes as 's' and a syncmem::ipc handle of the block
+// (its pages exported one by one), imported once by the receiver.
 class torch_ipc {
  public:
-  // The cudaMalloc allocation holding `p` (CUDA IPC shares whole allocations).
-  [[nodiscard]] static void* base_allocation(void* p, std::size_t* size);
-  // The handle of the allocation at `base`: a type byte ('c', a cudaMalloc
-  // allocation, as PyTorch writes it) and the cudaIpcMemHandle_t.
-  [[nodiscard]] static std::string share(void* base);
+  // What CUDA IPC shares of the block at `p` of `block_bytes` (in the growable
+  // range when `growable`): the block itself, or the cudaMalloc allocation
+  // holding it.
+  [[nodiscard]] static void* base_allocation(void* p, std::size_t block_bytes, bool growable, std::size_t* size);
+  // The handle of what base_allocation returned.
+  [[nodiscard]] static std::string share(void* base, std::size_t block_bytes, bool growable);
   // The memory a handle shares, mapped on the current device while a pointer
   // returned for it lives; a handle opened again shares the mapping.
   [[nodiscard]] std::shared_ptr<void> open(const std::string& handle);
