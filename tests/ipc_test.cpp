@@ -19,13 +19,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "device_ops.hpp"
+#include "ipc_bytes.hpp"
 #include "pattern.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device_buffer.hpp"
@@ -42,18 +42,8 @@ using ::testing::HasSubstr;
 namespace syncmem {
 namespace {
 
-std::vector<std::uint8_t> seeded_bytes(std::uint64_t seed, std::size_t n) {
-  std::mt19937_64 random{seed};
-  std::vector<std::uint8_t> bytes(n);
-  for (auto& b : bytes) b = static_cast<std::uint8_t>(random());
-  return bytes;
-}
-
-std::string fnv1a(const std::vector<std::uint8_t>& bytes) {
-  std::uint64_t h = 14695981039346656037ULL;
-  for (const auto b : bytes) h = (h ^ b) * 1099511628211ULL;
-  return fmt::format("{:016x}", h);
-}
+using test::fnv1a;
+using test::seeded_bytes;
 
 // ipc_peer, started with pipes on its stdin and stdout.
 class peer {

@@ -14,7 +14,7 @@
 /// auto buffer = std::make_shared<syncmem::device_buffer>(bytes, s);
 /// /* ...write it on s... */
 /// syncmem::ipc::memory_handle h = syncmem::ipc::export_memory(buffer->data(), bytes, s, buffer);
-/// send(h.to_hex());
+/// send(h.to_hex());  // any channel
 ///
 /// // importer, another process
 /// auto memory = syncmem::ipc::import_memory(syncmem::ipc::memory_handle::from_hex(receive()), s);

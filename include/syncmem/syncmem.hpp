@@ -18,6 +18,7 @@
 #include "syncmem/event.hpp"
 #include "syncmem/graph.hpp"
 #include "syncmem/graph_pool.hpp"
+#include "syncmem/ipc.hpp"
 #include "syncmem/memory_kind.hpp"
 #include "syncmem/mr/allocation_label.hpp"
 #include "syncmem/mr/allocator_snapshot.hpp"

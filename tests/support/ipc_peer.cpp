@@ -16,13 +16,13 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "ipc_bytes.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device_buffer.hpp"
 #include "syncmem/ipc.hpp"
@@ -30,18 +30,8 @@
 
 namespace {
 
-std::vector<std::uint8_t> seeded_bytes(std::uint64_t seed, std::size_t n) {
-  std::mt19937_64 random{seed};
-  std::vector<std::uint8_t> bytes(n);
-  for (auto& b : bytes) b = static_cast<std::uint8_t>(random());
-  return bytes;
-}
-
-std::uint64_t fnv1a(const std::vector<std::uint8_t>& bytes) {
-  std::uint64_t h = 14695981039346656037ULL;
-  for (const auto b : bytes) h = (h ^ b) * 1099511628211ULL;
-  return h;
-}
+using syncmem::test::fnv1a;
+using syncmem::test::seeded_bytes;
 
 void reply(const std::string& line) {
   std::cout << line << std::endl;  // flushed: the test waits for it
@@ -72,7 +62,7 @@ int main() {
         std::vector<std::uint8_t> bytes(imported->size());
         syncmem::copy(bytes.data(), imported->data(), bytes.size(), *stream);
         stream->synchronize();
-        reply(fmt::format("{:016x}", fnv1a(bytes)));
+        reply(fnv1a(bytes));
       } else if (command == "fill") {
         std::uint64_t seed = 0;
         in >> seed;
