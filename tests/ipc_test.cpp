@@ -219,6 +219,35 @@ TYPED_TEST(Ipc, AnImporterThatDiesGivesTheMemoryBackAtTheNextCollect) {
   EXPECT_TRUE(watch.expired());
 }
 
+// An allocation that would fail for lack of memory first gives back what the
+// exports of dead importers held.
+TYPED_TEST(Ipc, AnAllocationShortOfMemoryTakesBackWhatADeadImporterHeld) {
+  stream s{this->dev()};
+  mr::caching_options options;
+  const std::size_t block = (std::size_t{24} << 20) + test::rng()() % (std::size_t{4} << 20);
+  options.limit = block + (block / 2);  // room for one such block, not two
+  auto resource = std::make_shared<mr::caching_resource>(this->dev(), options);
+  void* p = resource->allocate(block, s);
+  std::weak_ptr<void> watch;
+  ipc::memory_handle h;
+  {
+    const stream_view sv = s;
+    std::shared_ptr<void> owner{p, [resource, block, sv](void* q) { resource->deallocate(q, block, sv); }};
+    watch = owner;
+    h = ipc::export_memory(p, block, s, owner);
+  }
+  peer other;
+  ASSERT_EQ(other.ask("import " + h.to_hex()), "ok");
+  EXPECT_THROW((void)resource->allocate(block, s), out_of_memory) << "the importer still holds the block";
+  EXPECT_FALSE(watch.expired());
+  other.kill();
+  other.wait();
+  void* again = resource->allocate(block, s);  // no collect() called: the allocation collects
+  EXPECT_TRUE(watch.expired());
+  EXPECT_EQ(ipc::exports_held(), 0U);
+  resource->deallocate(again, block, s);
+}
+
 TYPED_TEST(Ipc, BadHandlesAreClearErrors) {
   stream s{this->dev()};
   std::vector<std::uint8_t> bytes;

@@ -127,8 +127,9 @@ class imported_memory {
 [[nodiscard]] std::shared_ptr<synced_memory> import_synced(const memory_handle& h, stream_view s);
 
 /// @brief Gives back the memory of exports whose importer closed them or
-/// exited, and returns how many. Every export runs it first; call it to get
-/// memory back sooner.
+/// exited, and returns how many. Every export runs it first, and so does an
+/// allocation of a caching_resource that would fail for lack of memory;
+/// call it to get memory back sooner.
 std::size_t collect();
 /// @brief How many exports this process holds for importers.
 [[nodiscard]] std::size_t exports_held();

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include "backend/backend.hpp"
 #include "core/ignored_failure.hpp"
+#include "core/reclaimers.hpp"
 #include "ipc/control_page.hpp"
 #include "ipc/export_registry.hpp"
 #include "syncmem/device_guard.hpp"
@@ -153,6 +155,9 @@ int memory_handle::exporter() const { return checked(*this).exporter; }
 
 memory_handle export_memory(const void* p, std::size_t bytes, stream_view s, std::shared_ptr<const void> owner) {
   SYNCMEM_EXPECTS(p != nullptr && bytes > 0, "ipc export: the range is empty");
+  // An allocation about to fail for lack of memory collects too.
+  static std::once_flag reclaims;
+  std::call_once(reclaims, [] { syncmem::detail::add_reclaimer([] { return collect(); }); });
   collect();
   const device_id device = s.device();
   ipc_capability& c = capability(device);

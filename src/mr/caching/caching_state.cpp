@@ -10,6 +10,7 @@
 #include "backend/backend.hpp"
 #include "core/ignored_failure.hpp"
 #include "core/log.hpp"
+#include "core/reclaimers.hpp"
 #include "core/stream_observers.hpp"
 #include "mr/caching/caching_snapshot.hpp"
 #include "mr/caching/labels.hpp"
@@ -130,7 +131,14 @@ void* caching_state::allocate(std::size_t bytes, stream_view s) {
       return reinterpret_cast<void*>(b->ptr);
     }
   }
-  const handed out = allocate_slow(bytes, key, s, tc, label);
+  handed out{};
+  try {
+    out = allocate_slow(bytes, key, s, tc, label);
+  } catch (const out_of_memory&) {
+    // Memory held for others may come back (see core/reclaimers.hpp): once.
+    if (!syncmem::detail::reclaimers_exist() || syncmem::detail::run_reclaimers() == 0) throw;
+    out = allocate_slow(bytes, key, s, tc, label);
+  }
   if (cacheable) tc->remember(out.b, out.generation);
   return out.p;
 }
