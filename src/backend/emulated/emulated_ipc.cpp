@@ -78,7 +78,19 @@ void* emulated_ipc::allocate_shareable(std::size_t size) noexcept {
   }();
   {
     std::lock_guard lock{mutex_};
-    if (files_.size() >= most_files) return nullptr;
+    if (auto it = idle_.find(size); it != idle_.end() && !it->second.empty()) {
+      auto [p, file] = it->second.back();
+      try {
+        files_.emplace(reinterpret_cast<std::uintptr_t>(p), file);
+      } catch (...) {
+        return nullptr;
+      }
+      it->second.pop_back();
+      idle_bytes_ -= size;
+      --idle_files_;
+      return p;
+    }
+    if (files_.size() + idle_files_ >= most_files) return nullptr;
   }
   const int fd = ::memfd_create("syncmem-emulated", MFD_CLOEXEC);
   if (fd < 0) return nullptr;
@@ -108,8 +120,18 @@ bool emulated_ipc::free_shareable(void* p, std::size_t size) noexcept {
     std::lock_guard lock{mutex_};
     auto it = files_.find(reinterpret_cast<std::uintptr_t>(p));
     if (it == files_.end()) return false;
-    fd = it->second.fd;
+    const shared_file file = it->second;
     files_.erase(it);
+    if (!file.exported && idle_bytes_ + size <= idle_limit) {
+      try {
+        idle_[size].emplace_back(p, file);
+        idle_bytes_ += size;
+        ++idle_files_;
+        return true;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it; it is freed below
+      }
+    }
+    fd = file.fd;
   }
   ::munmap(p, size);
   ::close(fd);
@@ -124,6 +146,7 @@ ipc_export emulated_ipc::export_memory(int index, const void* p, std::size_t byt
   const std::size_t size = found->second.size;
   std::unique_lock lock{mutex_};
   if (const auto it = files_.find(found->first); it != files_.end()) {
+    it->second.exported = true;
     ipc_export result{base, size, {}, {}};
     const memory_description d{memory_magic, it->second.fd, it->second.inode, it->second.device, size};
     std::memcpy(result.memory.data(), &d, sizeof d);

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "backend/ipc_capability.hpp"
 
@@ -41,20 +43,29 @@ class emulated_ipc final : public ipc_capability {
   // own, for the backend's allocate; nullptr when no file can be made.
   [[nodiscard]] void* allocate_shareable(std::size_t size) noexcept;
   // Frees what allocate_shareable made (importers keep the file's pages);
-  // false, doing nothing, for other memory.
+  // false, doing nothing, for other memory. A mapping never exported is kept
+  // for the next allocation of its size, up to idle_limit bytes in all: a new
+  // file costs system calls and a fault per page, which heap memory reused
+  // by the allocator does not.
   bool free_shareable(void* p, std::size_t size) noexcept;
 
  private:
+  static constexpr std::size_t idle_limit = std::size_t{256} << 20;
+
   struct shared_file {
     int fd;
     std::size_t size;
     std::uint64_t inode;
     std::uint64_t device;
+    bool exported = false;  // an importer may map it: never reused
   };
 
   emulated_backend& backend_;
   std::mutex mutex_;
-  std::unordered_map<std::uintptr_t, shared_file> files_;  // by the allocation's base
+  std::unordered_map<std::uintptr_t, shared_file> files_;                             // by the allocation's base
+  std::unordered_map<std::size_t, std::vector<std::pair<void*, shared_file>>> idle_;  // by size
+  std::size_t idle_bytes_ = 0;
+  std::size_t idle_files_ = 0;
 };
 
 }  // namespace syncmem::detail::emulated
