@@ -24,6 +24,7 @@
 #include "device_ops.hpp"
 #include "syncmem/copy.hpp"
 #include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
 #include "syncmem/event.hpp"
 #include "syncmem/graph.hpp"
 #include "syncmem/mr/caching_resource.hpp"
@@ -490,6 +491,91 @@ TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
   graphs.destroy_graph(index, captured);
   pool.reset();
   EXPECT_GT(upstream.live.load(), 0) << "`b` is live: its pool stays";
+  resource->deallocate(b, n, s);
+  resource->empty_cache();
+  EXPECT_EQ(upstream.live.load(), 0) << "the pool's segments go back with its last block";
+  resource.reset();
+}
+
+// CUDA graph trees: after recording a graph on one path, the pool is put
+// back as a checkpoint found it and a graph on another path is recorded in
+// the memory the first path's outputs held. Both graphs replay right on
+// fresh inputs; a checkpoint whose block is not the pool's is refused whole.
+TYPED_TEST(GraphPools, ARestoredCheckpointHasExactlyTheBlocksLiveThen) {
+  scoped_emulated_delay delay{std::chrono::microseconds{20}};
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
+  stream s{this->dev()};
+  const std::size_t n = 50'000 + rng()() % 20'000;
+  pinned input{this->dev(), n}, out_a{this->dev(), n}, out_b{this->dev(), n};
+  const auto da = static_cast<std::uint8_t>(rng()() | 1u);
+  const auto db = static_cast<std::uint8_t>(da + 2);
+  std::optional<graph_pool> pool{std::in_place};
+  EXPECT_TRUE(resource->checkpoint(*pool).segments.empty()) << "no memory of the pool here yet";
+
+  begin_capture(s, *pool);  // the root: its output stays live after the capture
+  void* root = resource->allocate(n, s);
+  (void)copy_async(root, input.data(), n, s);
+  std::optional<graph> g_root{end_capture(s)};
+  const mr::graph_pool_checkpoint at_root = resource->checkpoint(*pool);
+  ASSERT_EQ(at_root.live.size(), 1u);
+  EXPECT_EQ(at_root.live[0].ptr, root);
+  EXPECT_EQ(at_root.live[0].allocation.requested_bytes, n);
+  EXPECT_EQ(at_root.live[0].allocation.stream, stream_view{s});
+
+  begin_capture(s, *pool);  // path A, reading the root's output
+  void* a = resource->allocate(n, s);
+  (void)copy_async(a, root, n, s);
+  device_add_bytes(s, a, n, da);
+  (void)copy_async(out_a.data(), a, n, s);
+  std::optional<graph> g_a{end_capture(s)};
+  EXPECT_NE(a, root);
+  const std::size_t reserved = pool->reserved_bytes();
+
+  // A forged checkpoint changes nothing.
+  mr::graph_pool_checkpoint forged = at_root;
+  forged.live.push_back({static_cast<std::uint8_t*>(root) + 512, forged.live[0].allocation});
+  EXPECT_THROW((void)resource->restore(forged), logic_error);
+  EXPECT_EQ(resource->checkpoint(*pool).live.size(), 2u);
+
+  const mr::graph_pool_restored restored = resource->restore(at_root);
+  EXPECT_THAT(restored.freed, ::testing::UnorderedElementsAre(root, a));
+  ASSERT_EQ(restored.allocated.size(), 1u);
+  EXPECT_EQ(restored.allocated[0].ptr, root);
+  EXPECT_EQ(restored.allocated[0].allocation.requested_bytes, n);
+  EXPECT_EQ(resource->allocation_info(a), std::nullopt) << "path A's output was freed by the restore";
+  const auto root_info = resource->allocation_info(root);
+  ASSERT_TRUE(root_info.has_value());
+  EXPECT_EQ(root_info->requested_bytes, n);
+  EXPECT_EQ(root_info->pool, mr::segment_pool::graph);
+  EXPECT_EQ(pool->allocated_bytes(), root_info->block_bytes);
+
+  begin_capture(s, *pool);  // path B, in the memory path A's output held
+  void* b = resource->allocate(n, s);
+  (void)copy_async(b, root, n, s);
+  device_add_bytes(s, b, n, db);
+  (void)copy_async(out_b.data(), b, n, s);
+  std::optional<graph> g_b{end_capture(s)};
+  EXPECT_EQ(b, a) << "a block the restore freed is reused by the next capture";
+  EXPECT_EQ(pool->reserved_bytes(), reserved);
+
+  for (int round = 0; round < 6; ++round) {
+    const bytes_t x = random_bytes(n);
+    input.write(x);
+    g_root->launch(s);
+    (round % 2 == 0 ? g_a : g_b)->launch(s);
+    s.synchronize();
+    const bytes_t out = (round % 2 == 0 ? out_a : out_b).read();
+    const std::uint8_t d = round % 2 == 0 ? da : db;
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], static_cast<std::uint8_t>(x[i] + d)) << "round " << round << ", byte " << i;
+    }
+  }
+  g_root.reset();
+  g_a.reset();
+  g_b.reset();
+  pool.reset();
+  resource->deallocate(root, n, s);
   resource->deallocate(b, n, s);
   resource->empty_cache();
   EXPECT_EQ(upstream.live.load(), 0) << "the pool's segments go back with its last block";

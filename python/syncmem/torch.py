@@ -15,9 +15,10 @@ torch.cuda.empty_cache, torch.cuda.memory_stats (memory_allocated,
 memory_reserved, max_memory_allocated, reset_peak_memory_stats...) and
 torch.cuda.memory_snapshot answer from syncmem; save_snapshot() writes the
 snapshot `syncmem view` draws. torch.cuda.graph allocates from syncmem's
-graph pools. What syncmem's allocator does not offer yet (torch.cuda.MemPool,
-CUDA IPC, memory history, checkpointed pool state) raises NotImplementedError
-naming the feature.
+graph pools, torch.cuda.MemPool, CUDA IPC (torch.multiprocessing), memory
+history and CUDA graph trees (torch.compile(mode="reduce-overhead")) work on
+syncmem's allocator. What it does not offer yet (docs/python.md lists it)
+raises NotImplementedError naming the feature.
 """
 
 from __future__ import annotations

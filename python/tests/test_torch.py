@@ -414,7 +414,73 @@ def test_cuda_graphs_allocate_from_syncmem_graph_pools_and_give_them_back():
     assert kept["syncmem"] <= max(kept["torch"], 0) + (16 << 20), kept
 
 
-UNSUPPORTED = """
+REDUCE_OVERHEAD = """
+import copy, json, sys
+import torch
+mode, seed = sys.argv[1], int(sys.argv[2])
+if mode == "syncmem":
+    import syncmem.torch
+    syncmem.torch.enable()
+import torch._inductor.config as inductor_config
+# Graph trees then check each pool's live blocks against the live tensors
+# after every recording and replay (checkPoolLiveAllocations).
+inductor_config.triton.slow_path_cudagraph_asserts = True
+torch.manual_seed(seed)
+dev = "cuda"
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to(dev)
+g = torch.Generator().manual_seed(seed)
+# Shapes that come back after others: graph trees record a graph per shape,
+# replay it when it returns, and restore a checkpoint of the pool before
+# recording on another path (setCheckpointPoolState).
+batches = [8, 16, 8, 32, 16, 8, 32, 24, 8, 24, 16, 32]
+
+infer = torch.compile(model, mode="reduce-overhead")
+with torch.no_grad():
+    for b in batches:
+        x = torch.randn(b, 64, generator=g).to(dev)
+        y = infer(x).clone()
+        torch.testing.assert_close(y, model(x), rtol=1e-4, atol=1e-4)
+
+eager = copy.deepcopy(model)
+compiled = copy.deepcopy(model)
+step = torch.compile(compiled, mode="reduce-overhead")
+opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
+opt_c = torch.optim.SGD(compiled.parameters(), lr=0.05)
+losses = []
+for b in batches:
+    x = torch.randn(b, 64, generator=g).to(dev)
+    target = torch.randn(b, 64, generator=g).to(dev)
+    for net, opt, fwd in ((eager, opt_e, eager), (compiled, opt_c, step)):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(fwd(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+pairs = list(zip(losses[0::2], losses[1::2]))
+for e, c in pairs:
+    assert abs(e - c) <= 1e-3 * max(1.0, abs(e)), pairs
+for pe, pc in zip(eager.parameters(), compiled.parameters()):
+    torch.testing.assert_close(pc, pe, rtol=1e-3, atol=1e-4)
+out = {"losses": pairs}
+if mode == "syncmem":
+    import syncmem
+    out["syncmem_allocations"] = syncmem.memory_stats("cuda:0")["allocations"]
+print(json.dumps(out))
+"""
+
+
+def test_torch_compile_reduce_overhead_records_replays_and_trains():
+    # CUDA graph trees: inference and training with shapes that come and go.
+    # Native PyTorch runs the same script first, as the control.
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed}")
+    for mode in ("torch", "syncmem"):
+        out = json.loads(checked(run_python(REDUCE_OVERHEAD, mode, str(seed), timeout=600)).stdout.strip().splitlines()[-1])
+        print(mode, out)
+    assert out["syncmem_allocations"] > 0
+
+
+UNKNOWN_POOLS = """
 import torch
 import syncmem.torch
 syncmem.torch.enable()
@@ -427,13 +493,15 @@ def expect(what, f):
         assert "syncmem" in str(e), e
         return
     raise AssertionError(f"{what}: no error")
-expect("checkPoolLiveAllocations", lambda: torch._C._cuda_checkPoolLiveAllocations(0, (0, 1), set()))
+# A graph pool nobody made: the call is named.
+expect("checkPoolLiveAllocations", lambda: torch._C._cuda_checkPoolLiveAllocations(0, (0, 12345), set()))
+expect("getCheckpointState", lambda: torch._C._cuda_getCheckpointState(0, (0, 12345)))
 print("ok")
 """
 
 
-def test_unsupported_features_raise_naming_the_feature():
-    checked(run_python(UNSUPPORTED))
+def test_calls_on_unknown_graph_pools_raise_naming_the_call():
+    checked(run_python(UNKNOWN_POOLS))
 
 
 TOO_LATE = """

@@ -11,6 +11,7 @@
 #include "mr/caching/routed_blocks.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/graph_pool.hpp"
 #include "syncmem/mr/pool.hpp"
 
 namespace syncmem::mr {
@@ -105,6 +106,14 @@ std::optional<live_allocation> caching_resource::allocation_info(const void* p) 
     }
   }
   return state_->allocation_info(p);
+}
+
+graph_pool_checkpoint caching_resource::checkpoint(const graph_pool& pool) const {
+  return private_->checkpoint(pool.id());
+}
+
+graph_pool_restored caching_resource::restore(const graph_pool_checkpoint& checkpoint) {
+  return private_->restore(checkpoint);
 }
 
 caching_statistics caching_resource::statistics() const { return state_->statistics(); }

@@ -9,11 +9,17 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "syncmem/mr/allocator_snapshot.hpp"
 #include "syncmem/mr/caching_options.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/mr/segment_observer.hpp"
+
+namespace syncmem {
+class graph_pool;
+}  // namespace syncmem
 
 namespace syncmem::mr {
 
@@ -74,6 +80,31 @@ struct live_allocation {
   std::size_t block_bytes;
   stream_view stream;  ///< the stream it was allocated on (the one to free it on)
   segment_pool pool;   ///< where it lives
+};
+
+/// @brief A block of a graph_pool that a checkpoint found live (see
+/// caching_resource::checkpoint).
+struct graph_pool_block {
+  void* ptr;
+  live_allocation allocation;
+};
+
+/// @brief Which blocks of one graph_pool a caching_resource held, and which
+/// of them were live, at one moment (PyTorch's checkpointed pool state, which
+/// CUDA graph trees restore before they record a graph on another path).
+struct graph_pool_checkpoint {
+  std::uint64_t pool_id = 0;                            ///< graph_pool::id()
+  std::vector<std::pair<void*, std::size_t>> segments;  ///< every block of the pool, by address, with its bytes
+  std::vector<graph_pool_block> live;                   ///< those that were handed out
+};
+
+/// @brief What caching_resource::restore changed.
+struct graph_pool_restored {
+  /// @brief Blocks that were live and are freed now: their owners must not free them again.
+  std::vector<void*> freed;
+  /// @brief Blocks live at the checkpoint, handed out again as they were then
+  /// (a block may be in both lists): each is freed as any allocation is.
+  std::vector<graph_pool_block> allocated;
 };
 
 /// @brief A caching, stream-ordered allocator of device memory for one device.
@@ -186,6 +217,21 @@ class caching_resource final : public memory_resource {
   /// @returns std::nullopt when `p` is not a live allocation of this resource
   ///   (never handed out, already freed, or an address inside a block)
   [[nodiscard]] std::optional<live_allocation> allocation_info(const void* p) const;
+
+  /// @brief The blocks of `pool` that this resource holds (allocated during
+  /// captures into it, or while a capture route took eager allocations), and
+  /// which of them are live now.
+  [[nodiscard]] graph_pool_checkpoint checkpoint(const graph_pool& pool) const;
+  /// @brief Puts the blocks of the checkpoint's pool back as the checkpoint
+  /// found them: every block live now is freed, then every block live at the
+  /// checkpoint is handed out again, at its address, with its request and
+  /// stream. Blocks the pool gained since stay, free. For CUDA graph trees:
+  /// the caller guarantees that no work uses the freed blocks any more, and
+  /// that their owners drop them without freeing.
+  /// @throws syncmem::logic_error when a block of the checkpoint is no longer
+  ///   the pool's (its graph_pool went), or the checkpoint is of another
+  ///   resource; nothing is changed then
+  graph_pool_restored restore(const graph_pool_checkpoint& checkpoint);
 
   [[nodiscard]] caching_statistics statistics() const;
   /// @brief Sets each peak to its current value.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -468,9 +469,13 @@ void torch_allocator::setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempo
   mem_pools_.set_no_split(device, mempool_id);
 }
 
-bool torch_allocator::checkPoolLiveAllocations(c10::DeviceIndex /*device*/, c10::MempoolId_t /*mempool_id*/,
-                                               const std::unordered_set<void*>& /*expected_live_allocations*/) {
-  not_supported("checkPoolLiveAllocations (CUDA graph trees: torch.compile(mode=\"reduce-overhead\"))");
+bool torch_allocator::checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                               const std::unordered_set<void*>& expected_live_allocations) {
+  const mr::graph_pool_checkpoint now =
+      caching(device).checkpoint(graph_pool_of(device, mempool_id, "checkPoolLiveAllocations"));
+  if (now.live.size() != expected_live_allocations.size()) return false;
+  return std::all_of(now.live.begin(), now.live.end(),
+                     [&](const mr::graph_pool_block& b) { return expected_live_allocations.count(b.ptr) != 0; });
 }
 
 alloc::ShareableHandle torch_allocator::shareIpcHandle(void* p) {
@@ -527,14 +532,71 @@ cudaError_t torch_allocator::memcpyAsync(void* dst, int dst_device, const void* 
   return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
 }
 
-std::shared_ptr<alloc::AllocatorState> torch_allocator::getCheckpointState(c10::DeviceIndex /*device*/,
-                                                                           c10::MempoolId_t /*id*/) {
-  not_supported("checkpointed pool state (getCheckpointState, CUDA graph trees)");
+namespace {
+
+// PyTorch's checkpointed pool state: the blocks of one graph pool, and which were live.
+struct pool_checkpoint final : alloc::AllocatorState {
+  pool_checkpoint(c10::DeviceIndex d, c10::MempoolId_t pool, mr::graph_pool_checkpoint b)
+      : device{d}, id{pool}, blocks{std::move(b)} {}
+  c10::DeviceIndex device;
+  c10::MempoolId_t id;
+  mr::graph_pool_checkpoint blocks;
+};
+
+}  // namespace
+
+graph_pool torch_allocator::graph_pool_of(c10::DeviceIndex device, c10::MempoolId_t id, const char* what) {
+  (void)slot(device);  // checks the index
+  if (mem_pools_.is_mem_pool(device, id)) {
+    not_supported(std::string{what} + " of a torch.cuda.MemPool (CUDA graph trees use pools of graph_pool_handle())");
+  }
+  std::lock_guard lock{pools_mutex_};
+  const auto it = pools_.find({device, id});
+  TORCH_CHECK(it != pools_.end(), "syncmem.torch: ", what, ": no CUDA graph pool (", id.first, ", ", id.second,
+              ") on cuda:", static_cast<int>(device));
+  return it->second.pool;
 }
 
-alloc::CheckpointDelta torch_allocator::setCheckpointPoolState(c10::DeviceIndex /*device*/,
-                                                               std::shared_ptr<alloc::AllocatorState> /*pps*/) {
-  not_supported("checkpointed pool state (setCheckpointPoolState, CUDA graph trees)");
+std::shared_ptr<alloc::AllocatorState> torch_allocator::getCheckpointState(c10::DeviceIndex device,
+                                                                           c10::MempoolId_t id) {
+  const graph_pool pool = graph_pool_of(device, id, "getCheckpointState");
+  return std::make_shared<pool_checkpoint>(device, id, caching(device).checkpoint(pool));
+}
+
+alloc::CheckpointDelta torch_allocator::setCheckpointPoolState(c10::DeviceIndex device,
+                                                               std::shared_ptr<alloc::AllocatorState> pps) {
+  const auto state = std::dynamic_pointer_cast<pool_checkpoint>(pps);
+  TORCH_CHECK(state != nullptr && state->device == device,
+              "syncmem.torch: setCheckpointPoolState: the state is not a checkpoint syncmem.torch made of cuda:",
+              static_cast<int>(device));
+  const graph_pool pool = graph_pool_of(device, state->id, "setCheckpointPoolState");  // the pool is still there
+  mr::caching_resource& resource = caching(device);
+  // The blocks live now, for the history's free events.
+  const mr::graph_pool_checkpoint before = history_.enabled() ? resource.checkpoint(pool) : mr::graph_pool_checkpoint{};
+  mr::graph_pool_restored restored;
+  try {
+    restored = resource.restore(state->blocks);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "syncmem.torch: setCheckpointPoolState on cuda:", static_cast<int>(device), ": ", e.what());
+  }
+  per_device& d = slot(device);
+  const auto allocated = static_cast<std::int64_t>(restored.allocated.size());
+  d.live.fetch_sub(static_cast<std::int64_t>(restored.freed.size()), std::memory_order_relaxed);
+  raise_max(d.peak_live, d.live.fetch_add(allocated, std::memory_order_relaxed) + allocated);
+  if (history_.enabled()) {
+    for (const auto& b : before.live) {
+      history_.on_free(device, b.ptr, b.allocation.block_bytes, b.allocation.stream.native_handle());
+    }
+    for (const auto& b : restored.allocated) {
+      history_.on_alloc(device, b.ptr, b.allocation.block_bytes, b.allocation.stream.native_handle());
+    }
+  }
+  alloc::CheckpointDelta delta;
+  delta.ptrs_freed = std::move(restored.freed);
+  for (const auto& b : restored.allocated) {
+    delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, &free_block, c10::Device{c10::DeviceType::CUDA, device});
+  }
+  return delta;
 }
 
 std::string torch_allocator::name() { return "syncmem"; }

@@ -157,6 +157,8 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   // ({0, false} where no live block starts at p).
   [[nodiscard]] std::pair<std::size_t, bool> block_of(void* p);
   mr::caching_resource& caching(c10::DeviceIndex device);
+  // PyTorch's graph pool `id` of `device` (CUDA graph trees' calls); `what` names the call in errors.
+  graph_pool graph_pool_of(c10::DeviceIndex device, c10::MempoolId_t id, const char* what);
   [[nodiscard]] std::vector<c10::DeviceIndex> used_devices() const;
 
   std::array<per_device, max_devices> devices_;

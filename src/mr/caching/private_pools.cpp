@@ -132,6 +132,51 @@ std::optional<live_allocation> private_pool::info(const void* p) {
                          syncmem::detail::stream_access::make(device_, it->second.stream), segment_pool::graph};
 }
 
+graph_pool_checkpoint private_pool::checkpoint() {
+  graph_pool_checkpoint c;
+  c.pool_id = pool_id_;
+  std::lock_guard lock{mutex_};
+  for (const auto& [p, b] : blocks_) {
+    c.segments.emplace_back(p, b.size);
+    if (!b.free) {
+      c.live.push_back({p, live_allocation{b.requested, b.size, syncmem::detail::stream_access::make(device_, b.stream),
+                                           segment_pool::graph}});
+    }
+  }
+  return c;
+}
+
+graph_pool_restored private_pool::restore(const graph_pool_checkpoint& c) {
+  std::lock_guard lock{mutex_};
+  for (const graph_pool_block& x : c.live) {
+    const auto it = blocks_.find(x.ptr);
+    SYNCMEM_EXPECTS(it != blocks_.end() && it->second.size == x.allocation.block_bytes,
+                    fmt::format("{}: restore: the checkpoint's block at {} ({} bytes) is not a block of graph_pool {} "
+                                "here any more",
+                                name_, x.ptr, x.allocation.block_bytes, pool_id_));
+  }
+  graph_pool_restored r;
+  for (auto& [p, b] : blocks_) {
+    if (b.free) continue;
+    r.freed.push_back(p);
+    // Freed outside any capture: any later capture may reuse it.
+    b.free = true;
+    b.freed_in = 0;
+    b.freed_on = stream_handle{};
+    usage_->allocated.fetch_sub(b.size);
+  }
+  for (const graph_pool_block& x : c.live) {
+    block& b = blocks_.at(x.ptr);
+    b.free = false;
+    b.allocated_in = 0;
+    b.requested = x.allocation.requested_bytes;
+    b.stream = x.allocation.stream.handle();
+    usage_->allocated.fetch_add(b.size);
+    r.allocated.push_back({x.ptr, live_allocation{b.requested, b.size, x.allocation.stream, segment_pool::graph}});
+  }
+  return r;
+}
+
 // ---- private_pools ---------------------------------------------------------------------------------
 
 private_pools::private_pools(device_id device, memory_resource* upstream, std::string name, release_fn release)
@@ -206,6 +251,42 @@ std::optional<live_allocation> private_pools::info(const void* p) {
     pool = it->second;
   }
   return pool->info(p);
+}
+
+graph_pool_checkpoint private_pools::checkpoint(std::uint64_t pool_id) {
+  std::shared_ptr<private_pool> pool;
+  {
+    std::lock_guard lock{mutex_};
+    if (const auto it = by_pool_.find(pool_id); it != by_pool_.end()) pool = it->second.lock();
+  }
+  if (!pool) {
+    graph_pool_checkpoint none;
+    none.pool_id = pool_id;
+    return none;
+  }
+  return pool->checkpoint();
+}
+
+graph_pool_restored private_pools::restore(const graph_pool_checkpoint& c) {
+  // Held throughout, so that live_ changes with the pool's blocks (the pool's
+  // lock is only ever taken inside this one).
+  std::lock_guard lock{mutex_};
+  std::shared_ptr<private_pool> pool;
+  if (const auto it = by_pool_.find(c.pool_id); it != by_pool_.end()) pool = it->second.lock();
+  if (!pool) {
+    SYNCMEM_EXPECTS(c.live.empty(), fmt::format("{}: restore: graph_pool {} holds no memory here any more (it went, "
+                                                "or the checkpoint is of another resource)",
+                                                name_, c.pool_id));
+    return {};
+  }
+  graph_pool_restored r = pool->restore(c);
+  for (void* p : r.freed) {
+    if (live_.erase(p) != 0) live_count_.fetch_sub(1);
+  }
+  for (const graph_pool_block& x : r.allocated) {
+    if (live_.emplace(x.ptr, pool).second) live_count_.fetch_add(1);
+  }
+  return r;
 }
 
 void private_pools::detach() noexcept {

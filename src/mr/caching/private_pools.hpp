@@ -65,6 +65,11 @@ class private_pool {
   void deallocate(void* p, stream_handle s, std::uint64_t capture) noexcept;
   // `p` as caching_resource::allocation_info answers; nullopt unless it is a live block here.
   [[nodiscard]] std::optional<live_allocation> info(const void* p);
+  // Every block, and those handed out (caching_resource::checkpoint).
+  [[nodiscard]] graph_pool_checkpoint checkpoint();
+  // Frees every live block, then hands out again those `c` found live
+  // (caching_resource::restore); checks first that each is a block here.
+  graph_pool_restored restore(const graph_pool_checkpoint& c);
 
  private:
   struct block {
@@ -111,6 +116,10 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   [[nodiscard]] bool is_live_block(void* p);
   // `p` as caching_resource::allocation_info answers; nullopt unless it is a live block of a private pool.
   [[nodiscard]] std::optional<live_allocation> info(const void* p);
+  // The blocks of graph_pool `pool_id` here (caching_resource::checkpoint).
+  [[nodiscard]] graph_pool_checkpoint checkpoint(std::uint64_t pool_id);
+  // caching_resource::restore.
+  graph_pool_restored restore(const graph_pool_checkpoint& c);
   // The resource is going: ordinary blocks held by graphs are no longer given back.
   void detach() noexcept;
 
