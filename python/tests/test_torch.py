@@ -534,12 +534,13 @@ import syncmem.torch
 
 def child(inbox, outbox):
     syncmem.torch.enable()
-    t = inbox.get()
-    outbox.put(float(t.double().sum().item()))
-    t.mul_(2)
+    shared = inbox.get()
+    outbox.put([float(t.double().sum().item()) for t in shared])
+    for t in shared:
+        t.mul_(2)
     torch.cuda.synchronize()
     outbox.put("doubled")
-    del t
+    del shared, t
 
 
 if __name__ == "__main__":
@@ -547,18 +548,26 @@ if __name__ == "__main__":
     ctx = mp.get_context("spawn")
     g = torch.Generator().manual_seed(int(sys.argv[1]))
     values = torch.randn(int(torch.randint(1 << 10, 1 << 20, (1,), generator=g)), generator=g)
+    smalls = torch.randn(2, int(torch.randint(1, 4096, (1,), generator=g)), generator=g)
     baseline = torch.cuda.memory_allocated()
     x = values.cuda()
+    # Small blocks share a segment: the second starts inside it, at an offset.
+    pad = smalls[0].cuda()
+    small = smalls[1].cuda()
     inbox, outbox = ctx.Queue(), ctx.Queue()
     p = ctx.Process(target=child, args=(inbox, outbox))
     p.start()
-    inbox.put(x)
-    assert abs(outbox.get(timeout=300) - float(values.double().sum())) < 1e-6 * values.numel()
+    inbox.put((x, small))
+    sums = outbox.get(timeout=300)
+    for got, want in zip(sums, (values, smalls[1])):
+        assert abs(got - float(want.double().sum())) < 1e-6 * want.numel(), (sums, got, want.numel())
     assert outbox.get(timeout=300) == "doubled"
     assert torch.equal(x.cpu(), values * 2)
+    assert torch.equal(small.cpu(), smalls[1] * 2)
+    assert torch.equal(pad.cpu(), smalls[0]), "the block beside the shared one is untouched"
     p.join(300)
     assert p.exitcode == 0, p.exitcode
-    del x
+    del x, pad, small
     torch.cuda.ipc_collect()
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == baseline, (torch.cuda.memory_allocated(), baseline)

@@ -480,7 +480,8 @@ bool torch_allocator::checkPoolLiveAllocations(c10::DeviceIndex device, c10::Mem
 
 alloc::ShareableHandle torch_allocator::shareIpcHandle(void* p) {
   const auto block = block_of(p);
-  return {0, torch_ipc::share(p, block.first, block.second)};
+  auto [offset, handle] = torch_ipc::share(p, block.first, block.second);
+  return {offset, std::move(handle)};
 }
 
 // The start of a segment (what getBaseAllocation gives for plain segments)

@@ -56,7 +56,7 @@ void* torch_ipc::base_allocation(void* p, std::size_t block_bytes, bool growable
   return e.base;
 }
 
-std::string torch_ipc::share(void* base, std::size_t block_bytes, bool growable) {
+std::pair<std::ptrdiff_t, std::string> torch_ipc::share(void* p, std::size_t block_bytes, bool growable) {
   if (growable) {
     const device_id device = device_id::cuda(c10::cuda::current_device());
     ipc::memory_handle h;
@@ -64,20 +64,19 @@ std::string torch_ipc::share(void* base, std::size_t block_bytes, bool growable)
       const stream_view s =
           syncmem::cuda::make_stream_view(c10::cuda::getCurrentCUDAStream(device.index()).stream(), device.index());
       // PyTorch holds the storage until the receiver lets go: the export holds nothing more.
-      h = ipc::export_memory(base, block_bytes, s, nullptr);
+      h = ipc::export_memory(p, block_bytes, s, nullptr);
     } catch (const std::exception& e) {
       TORCH_CHECK_NOT_IMPLEMENTED(false, "syncmem.torch: sharing a CUDA tensor between processes: ", e.what(),
                                   " (set SYNCMEM_ALLOC_CONF=expandable:0 to share plain segments instead)");
     }
     std::string handle(1 + h.bytes().size(), syncmem_handle);
     std::memcpy(handle.data() + 1, h.bytes().data(), h.bytes().size());
-    return handle;
+    return {0, std::move(handle)};
   }
-  const detail::ipc_export e = export_of(base);
-  TORCH_CHECK(e.base == base, "syncmem.torch: shareIpcHandle(", base, ") is not the start of an allocation");
+  const detail::ipc_export e = export_of(p);
   std::string handle(1 + e.memory.size(), cuda_malloc_handle);
   std::memcpy(handle.data() + 1, e.memory.data(), e.memory.size());
-  return handle;
+  return {static_cast<const std::byte*>(p) - static_cast<const std::byte*>(e.base), std::move(handle)};
 }
 
 std::shared_ptr<void> torch_ipc::open(const std::string& handle) {

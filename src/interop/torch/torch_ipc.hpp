@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace syncmem::interop {
 
@@ -24,8 +25,10 @@ class torch_ipc {
   // range when `growable`): the block itself, or the cudaMalloc allocation
   // holding it.
   [[nodiscard]] static void* base_allocation(void* p, std::size_t block_bytes, bool growable, std::size_t* size);
-  // The handle of what base_allocation returned.
-  [[nodiscard]] static std::string share(void* base, std::size_t block_bytes, bool growable);
+  // The handle of what CUDA IPC shares of the block at `p` (as
+  // base_allocation), and the offset of `p` in it: PyTorch's shareIpcHandle
+  // gets a storage's pointer, which a small block's is inside its segment.
+  [[nodiscard]] static std::pair<std::ptrdiff_t, std::string> share(void* p, std::size_t block_bytes, bool growable);
   // The memory a handle shares, mapped on the current device while a pointer
   // returned for it lives; a handle opened again shares the mapping.
   [[nodiscard]] std::shared_ptr<void> open(const std::string& handle);
