@@ -34,6 +34,8 @@ struct ipc_export {
   ipc_bytes memory{};
   std::vector<std::byte> extra;
   std::vector<int> files;
+  // Descriptors of this process the description names, which the importer takes (the backend keeps them open).
+  std::vector<int> named;
 };
 
 // A word of memory shared by the exporter and its importer (in the control

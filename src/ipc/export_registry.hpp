@@ -26,6 +26,7 @@ struct export_record {
   void* data = nullptr;  // the exported pointer, for an import by this same process
   std::size_t size = 0;
   std::vector<int> files;  // closed when the record goes (ipc_export::files)
+  std::vector<int> named;  // every descriptor the handle names, which the importer takes (fd_broker)
 };
 
 class export_registry {
@@ -37,6 +38,21 @@ class export_registry {
   // Releases the records whose importer closed them or exited.
   std::size_t collect();
   [[nodiscard]] std::size_t held();
+  // Calls `send(fd)` under the registry's lock when a held export names `fd`;
+  // returns whether one did.
+  template <class F>
+  bool with_named_file(int fd, F&& send) {
+    std::lock_guard lock{mutex_};
+    for (const auto& r : records_) {
+      for (const int named : r.named) {
+        if (named == fd) {
+          send(fd);
+          return true;
+        }
+      }
+    }
+    return false;
+  }
   // The record of `nonce`, for an import by the exporting process itself.
   [[nodiscard]] std::optional<export_record> find(std::uint64_t nonce);
 

@@ -19,6 +19,7 @@
 #include "core/reclaimers.hpp"
 #include "ipc/control_page.hpp"
 #include "ipc/export_registry.hpp"
+#include "ipc/fd_broker.hpp"
 #include "syncmem/device_guard.hpp"
 #include "syncmem/error.hpp"
 #include "syncmem/synced_memory.hpp"
@@ -195,8 +196,12 @@ memory_handle export_memory(const void* p, std::size_t bytes, stream_view s, std
   w.memory = shared.memory;
   const event_handle signal = c.record_signal(device.index(), s.handle(), control_page::word(page), w.event);
   files_until_recorded.files = nullptr;
-  export_registry::instance().add(
-      export_record{std::move(page), std::move(owner), device, signal, const_cast<void*>(p), bytes, shared.files});
+  std::vector<int> named = shared.named;
+  named.insert(named.end(), shared.files.begin(), shared.files.end());
+  named.push_back(page->fd());
+  export_registry::instance().add(export_record{std::move(page), std::move(owner), device, signal, const_cast<void*>(p),
+                                                bytes, shared.files, std::move(named)});
+  syncmem::detail::ipc::start_fd_broker();
   return handle_access::make(w);
 }
 

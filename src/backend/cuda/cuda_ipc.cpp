@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_vmm.hpp"
 #include "backend/cuda/driver_api.hpp"
 #include "core/log.hpp"
+#include "ipc/fd_broker.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail::cuda {
@@ -45,6 +46,17 @@ bool describes_pages(const ipc_bytes& memory) {
   pages_description d{};
   std::memcpy(&d, memory.data(), sizeof d);
   return d.magic == pages_magic;
+}
+
+}  // namespace
+
+namespace {
+
+// The pidfd of the exporter open_pages takes descriptors from (exporters_fd's `take` gets a pid).
+thread_local int thread_pidfd = -1;
+
+int take_with_pidfd(pid_t /*exporter*/, int fd) {
+  return static_cast<int>(::syscall(SYS_pidfd_getfd, thread_pidfd, fd, 0));
 }
 
 }  // namespace
@@ -108,12 +120,13 @@ void* cuda_ipc::open_pages(int index, std::span<const std::byte> extra, std::siz
       std::memcpy(&pd, extra.data() + i * sizeof pd, sizeof pd);
       SYNCMEM_EXPECTS(pd.offset + pd.size <= size, "ipc import: a page lies outside the memory (forged or damaged)");
       // A copy of the exporter's descriptor: it needs the right to trace the exporter (same user, ptrace_scope).
-      const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, pd.fd, 0));
+      // Taken with pidfd_getfd where this process may trace the exporter, else from its broker.
+      thread_pidfd = pidfd;
+      const int fd = ipc::exporters_fd(exporter, pd.fd, take_with_pidfd);
       if (fd < 0) {
         SYNCMEM_FAIL(
-            fmt::format("ipc import: cannot take descriptor {} of process {} ({}): pidfd_getfd needs the "
-                        "right to trace the exporter (the same user, and kernel.yama.ptrace_scope 0 "
-                        "unless it is an ancestor)",
+            fmt::format("ipc import: cannot take descriptor {} of process {} ({}): pidfd_getfd was refused "
+                        "and the exporter's descriptor broker did not give it",
                         pd.fd, exporter, std::strerror(errno)));
       }
       CUmemGenericAllocationHandle h = 0;

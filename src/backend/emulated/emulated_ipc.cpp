@@ -16,6 +16,7 @@
 
 #include "backend/emulated/emulated_backend.hpp"
 #include "core/process.hpp"
+#include "ipc/fd_broker.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail::emulated {
@@ -47,7 +48,7 @@ struct piece_description {
 // The exporter's file `fd`, opened here, if it still is the file the handle names.
 int open_exporters_file(pid_t exporter, int fd, std::uint64_t inode, std::uint64_t device, std::uint64_t size) {
   const std::string path = fmt::format("/proc/{}/fd/{}", exporter, fd);
-  const int own = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  const int own = ipc::exporters_fd(exporter, fd, ipc::open_proc_fd);
   if (own < 0) {
     SYNCMEM_FAIL(
         fmt::format("ipc import: process {} no longer shares this memory (it exited or freed the "
@@ -147,7 +148,7 @@ ipc_export emulated_ipc::export_memory(int index, const void* p, std::size_t byt
   std::unique_lock lock{mutex_};
   if (const auto it = files_.find(found->first); it != files_.end()) {
     it->second.exported = true;
-    ipc_export result{base, size, {}, {}};
+    ipc_export result{base, size, {}, {}, {}, {it->second.fd}};
     const memory_description d{memory_magic, it->second.fd, it->second.inode, it->second.device, size};
     std::memcpy(result.memory.data(), &d, sizeof d);
     return result;
@@ -171,6 +172,7 @@ ipc_export emulated_ipc::export_memory(int index, const void* p, std::size_t byt
                                    pieces[i].fd,
                                    0};
         std::memcpy(result.extra.data() + i * sizeof pd, &pd, sizeof pd);
+        result.named.push_back(pieces[i].fd);
       }
       return result;
     }
