@@ -539,7 +539,9 @@ TYPED_TEST(GraphPools, ARestoredCheckpointHasExactlyTheBlocksLiveThen) {
   EXPECT_EQ(resource->checkpoint(*pool).live.size(), 2u);
 
   const mr::graph_pool_restored restored = resource->restore(at_root);
-  EXPECT_THAT(restored.freed, ::testing::UnorderedElementsAre(root, a));
+  std::vector<void*> freed;
+  for (const auto& b : restored.freed) freed.push_back(b.ptr);
+  EXPECT_THAT(freed, ::testing::UnorderedElementsAre(root, a));
   ASSERT_EQ(restored.allocated.size(), 1u);
   EXPECT_EQ(restored.allocated[0].ptr, root);
   EXPECT_EQ(restored.allocated[0].allocation.requested_bytes, n);

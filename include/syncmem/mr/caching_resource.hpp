@@ -101,7 +101,7 @@ struct graph_pool_checkpoint {
 /// @brief What caching_resource::restore changed.
 struct graph_pool_restored {
   /// @brief Blocks that were live and are freed now: their owners must not free them again.
-  std::vector<void*> freed;
+  std::vector<graph_pool_block> freed;
   /// @brief Blocks live at the checkpoint, handed out again as they were then
   /// (a block may be in both lists): each is freed as any allocation is.
   std::vector<graph_pool_block> allocated;

@@ -403,47 +403,22 @@ void torch_allocator::beginAllocateToPool(c10::DeviceIndex device, c10::MempoolI
   (void)slot(device);  // checks the index
   TORCH_CHECK(filter, "syncmem.torch: beginAllocateToPool without a stream filter");
   if (mem_pools_.begin(device, mempool_id, filter)) return;
-  std::lock_guard lock{pools_mutex_};
-  graph_pool_use& use = pools_[{device, mempool_id}];
-  TORCH_CHECK(use.capture == 0, "syncmem.torch: beginAllocateToPool: pool (", mempool_id.first, ", ", mempool_id.second,
-              ") of cuda:", static_cast<int>(device), " already has a capture allocating to it");
-  // The capture is registered before PyTorch begins it (as PyTorch's own
-  // allocator does); `filter` accepts the streams it covers once it runs.
-  use.capture = syncmem::detail::external_capture_began(
-      device_id::cuda(device), syncmem::detail::graph_pool_access::state(use.pool),
-      [f = std::move(filter)](stream_handle s) { return f(syncmem::cuda::native(s)); });
-  ++use.uses;
+  graph_pools_.begin(device, mempool_id, std::move(filter));
 }
 
 void torch_allocator::endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
   if (mem_pools_.end(device, mempool_id)) return;
-  std::lock_guard lock{pools_mutex_};
-  const auto it = pools_.find({device, mempool_id});
-  TORCH_CHECK(it != pools_.end() && it->second.capture != 0,
-              "syncmem.torch: endAllocateToPool: no capture of cuda:", static_cast<int>(device), " allocates to pool (",
-              mempool_id.first, ", ", mempool_id.second, ")");
-  syncmem::detail::external_capture_ended(std::exchange(it->second.capture, 0));
+  graph_pools_.end(device, mempool_id);
 }
 
 void torch_allocator::releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
   if (mem_pools_.release(device, mempool_id)) return;
-  graph_pool dropped;  // released after the lock: freeing a pool's segments waits for the device
-  {
-    std::lock_guard lock{pools_mutex_};
-    const auto it = pools_.find({device, mempool_id});
-    if (it == pools_.end()) return;  // as PyTorch's: releasing a pool nothing used is harmless
-    if (--it->second.uses > 0) return;
-    if (it->second.capture != 0) syncmem::detail::external_capture_ended(it->second.capture);
-    dropped = std::move(it->second.pool);
-    pools_.erase(it);
-  }
+  graph_pools_.release(device, mempool_id);
 }
 
 int torch_allocator::getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
   if (const auto uses = mem_pools_.use_count(device, mempool_id)) return *uses;
-  std::lock_guard lock{pools_mutex_};
-  const auto it = pools_.find({device, mempool_id});
-  return it == pools_.end() ? 0 : it->second.uses;
+  return graph_pools_.use_count(device, mempool_id);
 }
 
 void torch_allocator::createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
@@ -453,11 +428,8 @@ void torch_allocator::createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId
                               "syncmem.torch: torch.cuda.MemPool(allocator=...) is not supported: under "
                               "syncmem.torch every pool's memory comes from syncmem's allocator (make the MemPool "
                               "without an allocator, or run without syncmem.torch.enable())");
-  {
-    std::lock_guard lock{pools_mutex_};
-    TORCH_CHECK(pools_.count({device, mempool_id}) == 0, "syncmem.torch: createOrIncrefPool: pool (", mempool_id.first,
-                ", ", mempool_id.second, ") is a CUDA graph's pool already");
-  }
+  TORCH_CHECK(!graph_pools_.contains(device, mempool_id), "syncmem.torch: createOrIncrefPool: pool (", mempool_id.first,
+              ", ", mempool_id.second, ") is a CUDA graph's pool already");
   mem_pools_.create_or_incref(device, mempool_id);
 }
 
@@ -471,11 +443,8 @@ void torch_allocator::setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempo
 
 bool torch_allocator::checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
                                                const std::unordered_set<void*>& expected_live_allocations) {
-  const mr::graph_pool_checkpoint now =
-      caching(device).checkpoint(graph_pool_of(device, mempool_id, "checkPoolLiveAllocations"));
-  if (now.live.size() != expected_live_allocations.size()) return false;
-  return std::all_of(now.live.begin(), now.live.end(),
-                     [&](const mr::graph_pool_block& b) { return expected_live_allocations.count(b.ptr) != 0; });
+  if (mem_pools_.is_mem_pool(device, mempool_id)) not_supported("checkPoolLiveAllocations of a torch.cuda.MemPool");
+  return graph_pools_.live_blocks_are(caching(device), device, mempool_id, expected_live_allocations);
 }
 
 alloc::ShareableHandle torch_allocator::shareIpcHandle(void* p) {
@@ -533,59 +502,24 @@ cudaError_t torch_allocator::memcpyAsync(void* dst, int dst_device, const void* 
   return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
 }
 
-namespace {
-
-// PyTorch's checkpointed pool state: the blocks of one graph pool, and which were live.
-struct pool_checkpoint final : alloc::AllocatorState {
-  pool_checkpoint(c10::DeviceIndex d, c10::MempoolId_t pool, mr::graph_pool_checkpoint b)
-      : device{d}, id{pool}, blocks{std::move(b)} {}
-  c10::DeviceIndex device;
-  c10::MempoolId_t id;
-  mr::graph_pool_checkpoint blocks;
-};
-
-}  // namespace
-
-graph_pool torch_allocator::graph_pool_of(c10::DeviceIndex device, c10::MempoolId_t id, const char* what) {
-  (void)slot(device);  // checks the index
-  if (mem_pools_.is_mem_pool(device, id)) {
-    not_supported(std::string{what} + " of a torch.cuda.MemPool (CUDA graph trees use pools of graph_pool_handle())");
-  }
-  std::lock_guard lock{pools_mutex_};
-  const auto it = pools_.find({device, id});
-  TORCH_CHECK(it != pools_.end(), "syncmem.torch: ", what, ": no CUDA graph pool (", id.first, ", ", id.second,
-              ") on cuda:", static_cast<int>(device));
-  return it->second.pool;
-}
-
 std::shared_ptr<alloc::AllocatorState> torch_allocator::getCheckpointState(c10::DeviceIndex device,
                                                                            c10::MempoolId_t id) {
-  const graph_pool pool = graph_pool_of(device, id, "getCheckpointState");
-  return std::make_shared<pool_checkpoint>(device, id, caching(device).checkpoint(pool));
+  (void)slot(device);  // checks the index
+  if (mem_pools_.is_mem_pool(device, id)) not_supported("getCheckpointState of a torch.cuda.MemPool");
+  return graph_pools_.checkpoint(caching(device), device, id);
 }
 
 alloc::CheckpointDelta torch_allocator::setCheckpointPoolState(c10::DeviceIndex device,
                                                                std::shared_ptr<alloc::AllocatorState> pps) {
-  const auto state = std::dynamic_pointer_cast<pool_checkpoint>(pps);
-  TORCH_CHECK(state != nullptr && state->device == device,
-              "syncmem.torch: setCheckpointPoolState: the state is not a checkpoint syncmem.torch made of cuda:",
-              static_cast<int>(device));
-  const graph_pool pool = graph_pool_of(device, state->id, "setCheckpointPoolState");  // the pool is still there
+  (void)slot(device);  // checks the index
   mr::caching_resource& resource = caching(device);
-  // The blocks live now, for the history's free events.
-  const mr::graph_pool_checkpoint before = history_.enabled() ? resource.checkpoint(pool) : mr::graph_pool_checkpoint{};
-  mr::graph_pool_restored restored;
-  try {
-    restored = resource.restore(state->blocks);
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "syncmem.torch: setCheckpointPoolState on cuda:", static_cast<int>(device), ": ", e.what());
-  }
+  const mr::graph_pool_restored restored = graph_pools_.restore(resource, device, pps);
   per_device& d = slot(device);
   const auto allocated = static_cast<std::int64_t>(restored.allocated.size());
   d.live.fetch_sub(static_cast<std::int64_t>(restored.freed.size()), std::memory_order_relaxed);
   raise_max(d.peak_live, d.live.fetch_add(allocated, std::memory_order_relaxed) + allocated);
   if (history_.enabled()) {
-    for (const auto& b : before.live) {
+    for (const auto& b : restored.freed) {
       history_.on_free(device, b.ptr, b.allocation.block_bytes, b.allocation.stream.native_handle());
     }
     for (const auto& b : restored.allocated) {
@@ -593,7 +527,7 @@ alloc::CheckpointDelta torch_allocator::setCheckpointPoolState(c10::DeviceIndex 
     }
   }
   alloc::CheckpointDelta delta;
-  delta.ptrs_freed = std::move(restored.freed);
+  for (const auto& b : restored.freed) delta.ptrs_freed.push_back(b.ptr);
   for (const auto& b : restored.allocated) {
     delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, &free_block, c10::Device{c10::DeviceType::CUDA, device});
   }

@@ -21,6 +21,7 @@
 
 #include "syncmem/graph_pool.hpp"
 #include "syncmem/mr/caching_resource.hpp"
+#include "torch_graph_pools.hpp"
 #include "torch_history.hpp"
 #include "torch_ipc.hpp"
 #include "torch_mem_pools.hpp"
@@ -157,22 +158,12 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   // ({0, false} where no live block starts at p).
   [[nodiscard]] std::pair<std::size_t, bool> block_of(void* p);
   mr::caching_resource& caching(c10::DeviceIndex device);
-  // PyTorch's graph pool `id` of `device` (CUDA graph trees' calls); `what` names the call in errors.
-  graph_pool graph_pool_of(c10::DeviceIndex device, c10::MempoolId_t id, const char* what);
   [[nodiscard]] std::vector<c10::DeviceIndex> used_devices() const;
 
   std::array<per_device, max_devices> devices_;
   std::atomic<std::size_t> devices_used_end_{0};  // 1 + the highest index whose resource is set
   std::atomic<int> device_count_{0};
-  // PyTorch's graph pools, by (device, pool id): syncmem's pool, how many
-  // captures and graphs use it, and the open capture allocating to it (0: none).
-  struct graph_pool_use {
-    graph_pool pool;
-    int uses = 0;
-    std::uint64_t capture = 0;
-  };
-  std::mutex pools_mutex_;
-  std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, graph_pool_use> pools_;
+  torch_graph_pools graph_pools_;
   std::mutex observers_mutex_;
   std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> oom_observers_;
   torch_ipc ipc_;

@@ -158,7 +158,8 @@ graph_pool_restored private_pool::restore(const graph_pool_checkpoint& c) {
   graph_pool_restored r;
   for (auto& [p, b] : blocks_) {
     if (b.free) continue;
-    r.freed.push_back(p);
+    r.freed.push_back({p, live_allocation{b.requested, b.size, syncmem::detail::stream_access::make(device_, b.stream),
+                                          segment_pool::graph}});
     // Freed outside any capture: any later capture may reuse it.
     b.free = true;
     b.freed_in = 0;
@@ -280,8 +281,8 @@ graph_pool_restored private_pools::restore(const graph_pool_checkpoint& c) {
     return {};
   }
   graph_pool_restored r = pool->restore(c);
-  for (void* p : r.freed) {
-    if (live_.erase(p) != 0) live_count_.fetch_sub(1);
+  for (const graph_pool_block& x : r.freed) {
+    if (live_.erase(x.ptr) != 0) live_count_.fetch_sub(1);
   }
   for (const graph_pool_block& x : r.allocated) {
     if (live_.emplace(x.ptr, pool).second) live_count_.fetch_add(1);
