@@ -22,7 +22,7 @@ namespace syncmem::test {
 namespace {
 
 // The importer's own way refused, as Yama refuses pidfd_getfd to a non-ancestor.
-int refused(pid_t /*exporter*/, int /*fd*/) {
+int refused() {
   errno = EPERM;
   return -1;
 }

@@ -53,7 +53,7 @@ std::span<const std::byte> control_page::extra() const noexcept {
 std::shared_ptr<control_page> control_page::open(pid_t exporter, int fd, std::uint64_t inode, std::uint64_t device,
                                                  std::uint64_t nonce) {
   const std::string path = fmt::format("/proc/{}/fd/{}", exporter, fd);
-  const int own = exporters_fd(exporter, fd, open_proc_fd);
+  const int own = exporters_fd(exporter, fd, [&] { return open_proc_fd(exporter, fd); });
   if (own < 0) {
     SYNCMEM_FAIL(
         fmt::format("ipc import: process {} no longer shares this memory (it exited, or the export was "

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -157,9 +158,9 @@ int open_proc_fd(pid_t exporter, int fd) {
   return ::open(path.c_str(), O_RDWR | O_CLOEXEC);
 }
 
-int exporters_fd(pid_t exporter, int fd, int (*take)(pid_t exporter, int fd)) {
+int exporters_fd(pid_t exporter, int fd, const std::function<int()>& take) {
   if (!forced()) {
-    const int own = take(exporter, fd);
+    const int own = take();
     if (own >= 0 || (errno != EPERM && errno != EACCES)) return own;
   }
   const int socket = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

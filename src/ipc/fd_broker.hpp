@@ -13,6 +13,8 @@
 
 #include <sys/types.h>
 
+#include <functional>
+
 namespace syncmem::detail::ipc {
 
 // Starts this process's broker, once (a forked child starts its own at its
@@ -20,10 +22,11 @@ namespace syncmem::detail::ipc {
 // the importer's own rights.
 void start_fd_broker() noexcept;
 
-// A copy of descriptor `fd` of process `exporter`: taken directly (`take`,
-// the backend's way), or, where that is refused or SYNCMEM_IPC_FD_BROKER=1,
-// from the exporter's broker. Returns -1 with errno set when neither gives it.
-[[nodiscard]] int exporters_fd(pid_t exporter, int fd, int (*take)(pid_t exporter, int fd));
+// A copy of descriptor `fd` of process `exporter`: taken directly by `take`
+// (the backend's way; -1 with errno set when refused), or, where that is
+// refused or SYNCMEM_IPC_FD_BROKER=1, from the exporter's broker. Returns -1
+// with errno set when neither gives it.
+[[nodiscard]] int exporters_fd(pid_t exporter, int fd, const std::function<int()>& take);
 
 // Opens /proc/EXPORTER/fd/FD: the direct way on emulated devices and for
 // control pages. Returns -1 with errno set.

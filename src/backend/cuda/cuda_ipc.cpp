@@ -50,17 +50,6 @@ bool describes_pages(const ipc_bytes& memory) {
 
 }  // namespace
 
-namespace {
-
-// The pidfd of the exporter open_pages takes descriptors from (exporters_fd's `take` gets a pid).
-thread_local int thread_pidfd = -1;
-
-int take_with_pidfd(pid_t /*exporter*/, int fd) {
-  return static_cast<int>(::syscall(SYS_pidfd_getfd, thread_pidfd, fd, 0));
-}
-
-}  // namespace
-
 ipc_export cuda_ipc::export_pages(int index, const void* p, std::size_t bytes) {
   const auto& api = driver();
   SYNCMEM_EXPECTS(api.mem_export_to_shareable_handle != nullptr && vmm_.exportable(index),
@@ -121,8 +110,8 @@ void* cuda_ipc::open_pages(int index, std::span<const std::byte> extra, std::siz
       SYNCMEM_EXPECTS(pd.offset + pd.size <= size, "ipc import: a page lies outside the memory (forged or damaged)");
       // A copy of the exporter's descriptor: it needs the right to trace the exporter (same user, ptrace_scope).
       // Taken with pidfd_getfd where this process may trace the exporter, else from its broker.
-      thread_pidfd = pidfd;
-      const int fd = ipc::exporters_fd(exporter, pd.fd, take_with_pidfd);
+      const int fd = ipc::exporters_fd(exporter, pd.fd,
+                                       [&] { return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, pd.fd, 0)); });
       if (fd < 0) {
         SYNCMEM_FAIL(
             fmt::format("ipc import: cannot take descriptor {} of process {} ({}): pidfd_getfd was refused "

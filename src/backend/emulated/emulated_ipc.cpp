@@ -48,7 +48,7 @@ struct piece_description {
 // The exporter's file `fd`, opened here, if it still is the file the handle names.
 int open_exporters_file(pid_t exporter, int fd, std::uint64_t inode, std::uint64_t device, std::uint64_t size) {
   const std::string path = fmt::format("/proc/{}/fd/{}", exporter, fd);
-  const int own = ipc::exporters_fd(exporter, fd, ipc::open_proc_fd);
+  const int own = ipc::exporters_fd(exporter, fd, [&] { return ipc::open_proc_fd(exporter, fd); });
   if (own < 0) {
     SYNCMEM_FAIL(
         fmt::format("ipc import: process {} no longer shares this memory (it exited or freed the "

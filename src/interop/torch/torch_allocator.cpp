@@ -511,8 +511,7 @@ std::shared_ptr<alloc::AllocatorState> torch_allocator::getCheckpointState(c10::
 
 alloc::CheckpointDelta torch_allocator::setCheckpointPoolState(c10::DeviceIndex device,
                                                                std::shared_ptr<alloc::AllocatorState> pps) {
-  (void)slot(device);  // checks the index
-  mr::caching_resource& resource = caching(device);
+  mr::caching_resource& resource = caching(device);  // checks the index
   const mr::graph_pool_restored restored = graph_pools_.restore(resource, device, pps);
   per_device& d = slot(device);
   const auto allocated = static_cast<std::int64_t>(restored.allocated.size());
