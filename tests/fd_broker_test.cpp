@@ -1,6 +1,6 @@
 // fd_broker: an exporter's broker hands an importer a copy of a descriptor an
-// export names, and nothing else; a process with no broker, or a broker that
-// is not the exporter's, gives nothing.
+// export names, and nothing else, alone or many at once; a process with no
+// broker, or a broker that is not the exporter's, gives nothing.
 #include "ipc/fd_broker.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <vector>
 
 #include "syncmem/device_id.hpp"
 #include "syncmem/ipc.hpp"
@@ -86,6 +87,53 @@ TEST(FdBroker, GivesWhatAnExportNamesAndNothingElse) {
   errno = 0;
   EXPECT_EQ(detail::ipc::exporters_fd(::getpid(), found, refused), -1) << "no export names it any more";
   EXPECT_EQ(errno, ENOENT);
+  resource.deallocate(p, n, s);
+  s.synchronize();
+}
+
+// Many asked for at once (as an import of many pages asks): each named one
+// is given and each other refused on its own, over as many requests as it takes.
+TEST(FdBroker, GivesManyInOneRequestEachOnItsOwn) {
+  if (device_count(device_kind::emulated) == 0) GTEST_SKIP() << "needs emulated devices";
+  const device_id d = device_id::emulated(0);
+  stream s{d};
+  auto& resource = mr::default_resource(d);
+  const std::size_t n = (1 << 20) + 4096;
+  void* p = resource.allocate(n, s);
+  const ipc::memory_handle h = ipc::export_memory(p, n, s, nullptr);
+  std::vector<int> named;
+  for (int fd = 3; fd < 1024; ++fd) {
+    const int copy = detail::ipc::exporters_fd(::getpid(), fd, refused);
+    if (copy >= 0) {
+      ::close(copy);
+      named.push_back(fd);
+    }
+  }
+  ASSERT_FALSE(named.empty());
+  // More than one request holds, each named descriptor and stdin (named by no export) in turn.
+  std::vector<int> wanted;
+  while (wanted.size() <= detail::ipc::fds_per_request + 1) {
+    wanted.insert(wanted.end(), named.begin(), named.end());
+    wanted.push_back(0);
+  }
+  detail::ipc::copied_fds copies = detail::ipc::exporters_fds(::getpid(), wanted, [](int) { return refused(); });
+  ASSERT_EQ(copies.size(), wanted.size());
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    errno = 0;
+    const int copy = copies.take(i);
+    if (wanted[i] == 0) {
+      EXPECT_EQ(copy, -1) << "stdin, at " << i;
+      EXPECT_EQ(errno, ENOENT);
+      continue;
+    }
+    ASSERT_GE(copy, 0) << "descriptor " << wanted[i] << ", at " << i;
+    const auto a = identity(copy), b = identity(wanted[i]);
+    EXPECT_EQ(a.inode, b.inode);
+    EXPECT_EQ(a.device, b.device);
+    ::close(copy);
+  }
+  { auto imported = ipc::import_memory(h, s); }
+  ipc::collect();
   resource.deallocate(p, n, s);
   s.synchronize();
 }

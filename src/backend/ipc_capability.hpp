@@ -25,17 +25,17 @@ using ipc_bytes = std::array<std::byte, 64>;
 
 // The memory that holds an exported range, and how to open it: `memory`,
 // and for memory made of many pieces (pages of the growable range) `extra`,
-// a longer description that goes in the control page. `files` are file
-// descriptors the export made, which the exporter keeps open while the
-// export is held (the importer takes copies of them) and then closes.
+// a longer description that goes in the control page.
 struct ipc_export {
   void* base = nullptr;
   std::size_t size = 0;
   ipc_bytes memory{};
   std::vector<std::byte> extra;
-  std::vector<int> files;
-  // Descriptors of this process the description names, which the importer takes (the backend keeps them open).
+  // Descriptors of this process the description names, which the importer takes copies of.
   std::vector<int> named;
+  // What keeps them open while the export is held, where the backend would
+  // otherwise close them sooner (CUDA's exported pages); let go with the export.
+  std::vector<std::shared_ptr<const void>> held;
 };
 
 // A word of memory shared by the exporter and its importer (in the control

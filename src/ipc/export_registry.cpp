@@ -1,7 +1,5 @@
 #include "ipc/export_registry.hpp"
 
-#include <unistd.h>
-
 #include <utility>
 
 #include "backend/backend.hpp"
@@ -51,7 +49,6 @@ std::size_t export_registry::collect() {
   }
   // Outside the lock: dropping an owner frees memory, which may export nothing but takes other locks.
   for (auto& r : released) {
-    for (const int fd : r.files) ::close(fd);
     if (r.signal != event_handle{}) {
       ignore_failure("releasing the signal of an IPC export", [&] {
         device_guard guard{r.device};
@@ -65,6 +62,15 @@ std::size_t export_registry::collect() {
 std::size_t export_registry::held() {
   std::lock_guard lock{mutex_};
   return records_.size();
+}
+
+bool export_registry::names(int fd) const {
+  for (const auto& r : records_) {
+    for (const int named : r.named) {
+      if (named == fd) return true;
+    }
+  }
+  return false;
 }
 
 std::optional<export_record> export_registry::find(std::uint64_t nonce) {

@@ -25,8 +25,8 @@ struct export_record {
   event_handle signal{};
   void* data = nullptr;  // the exported pointer, for an import by this same process
   std::size_t size = 0;
-  std::vector<int> files;  // closed when the record goes (ipc_export::files)
   std::vector<int> named;  // every descriptor the handle names, which the importer takes (fd_broker)
+  std::vector<std::shared_ptr<const void>> held;  // keeps the backend's named descriptors open (ipc_export::held)
 };
 
 class export_registry {
@@ -38,26 +38,19 @@ class export_registry {
   // Releases the records whose importer closed them or exited.
   std::size_t collect();
   [[nodiscard]] std::size_t held();
-  // Calls `send(fd)` under the registry's lock when a held export names `fd`;
-  // returns whether one did.
+  // Calls `send(named)` under the registry's lock, where named(fd) says
+  // whether a held export names `fd`: none it names is closed meanwhile.
   template <class F>
-  bool with_named_file(int fd, F&& send) {
+  void with_named_files(F&& send) {
     std::lock_guard lock{mutex_};
-    for (const auto& r : records_) {
-      for (const int named : r.named) {
-        if (named == fd) {
-          send(fd);
-          return true;
-        }
-      }
-    }
-    return false;
+    send([this](int fd) { return names(fd); });
   }
   // The record of `nonce`, for an import by the exporting process itself.
   [[nodiscard]] std::optional<export_record> find(std::uint64_t nonce);
 
  private:
   export_registry() = default;
+  [[nodiscard]] bool names(int fd) const;  // under mutex_
   std::mutex mutex_;
   std::vector<export_record> records_;
 };

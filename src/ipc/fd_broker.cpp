@@ -6,6 +6,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -15,6 +17,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -28,6 +31,15 @@ namespace {
 
 constexpr char granted = 'y';
 constexpr char refused = 'n';
+constexpr std::uint32_t request_magic = 0x44464d53;  // "SMFD": a request of this protocol
+static_assert(fds_per_request <= 253, "one answer carries at most SCM_MAX_FD descriptors");
+
+// A request: the header, then `count` descriptor numbers. The answer: one
+// status byte per descriptor, with the granted ones attached in order.
+struct request_header {
+  std::uint32_t magic;
+  std::uint32_t count;
+};
 
 // The abstract socket of `pid`'s broker; returns the address length.
 socklen_t broker_address(pid_t pid, sockaddr_un& addr) {
@@ -51,36 +63,104 @@ void set_timeout(int socket, int seconds) {
   (void)::setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof t);
 }
 
-// Sends one status byte, with `fd` attached when it is not -1.
-bool send_reply(int socket, char status, int fd) {
-  iovec io{&status, 1};
+// Sends the status bytes with `fds` attached.
+bool send_reply(int socket, std::span<char> status, std::span<const int> fds) {
+  iovec io{status.data(), status.size()};
   msghdr msg{};
   msg.msg_iov = &io;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fds_per_request)] = {};
+  if (!fds.empty()) {
     msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
-  return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == 1;
+  return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(status.size());
 }
 
 void serve(int client) {
   set_timeout(client, 2);
   const auto peer = peer_of(client);
-  std::int32_t wanted = -1;
-  if (!peer || peer->uid != ::geteuid() || ::recv(client, &wanted, sizeof wanted, MSG_WAITALL) != sizeof wanted) {
+  request_header header{};
+  if (!peer || peer->uid != ::geteuid() || ::recv(client, &header, sizeof header, MSG_WAITALL) != sizeof header ||
+      header.magic != request_magic || header.count == 0 || header.count > fds_per_request) {
     return;
   }
-  // Sent under the registry's lock, while an export names it: it cannot be closed and reused meanwhile.
-  const bool sent =
-      export_registry::instance().with_named_file(wanted, [&](int fd) { send_reply(client, granted, fd); });
-  if (!sent) (void)send_reply(client, refused, -1);
+  std::array<std::int32_t, fds_per_request> wanted{};
+  const auto bytes = static_cast<ssize_t>(header.count * sizeof(std::int32_t));
+  if (::recv(client, wanted.data(), static_cast<std::size_t>(bytes), MSG_WAITALL) != bytes) return;
+  std::array<char, fds_per_request> status{};
+  std::array<int, fds_per_request> given{};
+  // Sent under the registry's lock, while an export names them: none can be closed and reused meanwhile.
+  export_registry::instance().with_named_files([&](const auto& named) {
+    std::size_t n = 0;
+    for (std::uint32_t i = 0; i < header.count; ++i) {
+      status[i] = named(wanted[i]) ? granted : refused;
+      if (status[i] == granted) given[n++] = wanted[i];
+    }
+    (void)send_reply(client, std::span{status.data(), header.count}, std::span{given.data(), n});
+  });
+}
+
+// Asks `exporter`'s broker for copies of `fds` (at most fds_per_request),
+// writing each copy, or -errno, into `out`.
+void ask_broker(pid_t exporter, std::span<const int> fds, std::span<int> out) {
+  const auto fail = [&](int socket, int error) {
+    if (socket >= 0) ::close(socket);
+    for (int& o : out) o = -(error != 0 ? error : EPROTO);
+  };
+  const int socket = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (socket < 0) return fail(-1, errno);
+  sockaddr_un addr{};
+  const socklen_t length = broker_address(exporter, addr);
+  if (::connect(socket, reinterpret_cast<sockaddr*>(&addr), length) != 0) {
+    return fail(socket, errno == ECONNREFUSED ? ESRCH : errno);
+  }
+  // The socket's name is anyone's to take: its owner must be the exporter.
+  const auto peer = peer_of(socket);
+  if (!peer || peer->pid != exporter || peer->uid != ::getuid()) return fail(socket, EPERM);
+  set_timeout(socket, 5);
+  std::array<std::int32_t, 2 + fds_per_request> request{};
+  const request_header header{request_magic, static_cast<std::uint32_t>(fds.size())};
+  std::memcpy(request.data(), &header, sizeof header);
+  std::copy(fds.begin(), fds.end(), request.begin() + 2);
+  const auto request_bytes = static_cast<ssize_t>((2 + fds.size()) * sizeof(std::int32_t));
+  if (::send(socket, request.data(), static_cast<std::size_t>(request_bytes), MSG_NOSIGNAL) != request_bytes) {
+    return fail(socket, errno);
+  }
+  std::array<char, fds_per_request> status{};
+  iovec io{status.data(), fds.size()};
+  msghdr msg{};
+  msg.msg_iov = &io;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fds_per_request)] = {};
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  errno = 0;
+  const ssize_t got = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  std::array<int, fds_per_request> given{};
+  std::size_t n = 0;
+  if (cmsghdr* c = CMSG_FIRSTHDR(&msg); got > 0 && c != nullptr && c->cmsg_type == SCM_RIGHTS) {
+    n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    std::memcpy(given.data(), CMSG_DATA(c), n * sizeof(int));
+  }
+  const int error = errno;
+  ::close(socket);
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (got != static_cast<ssize_t>(fds.size())) {
+      out[i] = -(error != 0 ? error : EPROTO);
+    } else if (status[i] == granted && next < n) {
+      out[i] = given[next++];
+    } else {
+      out[i] = -ENOENT;  // the exporter no longer shares it
+    }
+  }
+  for (; next < n; ++next) ::close(given[next]);  // an answer that does not add up: none is used
 }
 
 struct broker_state {
@@ -158,48 +238,42 @@ int open_proc_fd(pid_t exporter, int fd) {
   return ::open(path.c_str(), O_RDWR | O_CLOEXEC);
 }
 
-int exporters_fd(pid_t exporter, int fd, const std::function<int()>& take) {
+copied_fds::~copied_fds() {
+  for (const int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+int copied_fds::take(std::size_t i) noexcept {
+  const int fd = fds_[i];
+  if (fd < 0) {
+    errno = -fd;
+    return -1;
+  }
+  fds_[i] = -EBADF;
+  return fd;
+}
+
+copied_fds exporters_fds(pid_t exporter, std::span<const int> fds, const std::function<int(int)>& take) {
+  copied_fds out{fds.size()};
+  std::size_t i = 0;
   if (!forced()) {
-    const int own = take();
-    if (own >= 0 || (errno != EPERM && errno != EACCES)) return own;
+    for (; i < fds.size(); ++i) {
+      const int own = take(fds[i]);
+      if (own < 0 && (errno == EPERM || errno == EACCES)) break;  // refused: this and the rest from the broker
+      out.fds_[i] = own >= 0 ? own : -(errno != 0 ? errno : EBADF);
+    }
   }
-  const int socket = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (socket < 0) return -1;
-  sockaddr_un addr{};
-  const socklen_t length = broker_address(exporter, addr);
-  const auto fail = [&](int error) {
-    ::close(socket);
-    errno = error;
-    return -1;
-  };
-  if (::connect(socket, reinterpret_cast<sockaddr*>(&addr), length) != 0)
-    return fail(errno == ECONNREFUSED ? ESRCH : errno);
-  // The socket's name is anyone's to take: its owner must be the exporter.
-  const auto peer = peer_of(socket);
-  if (!peer || peer->pid != exporter || peer->uid != ::getuid()) return fail(EPERM);
-  set_timeout(socket, 5);
-  const std::int32_t wanted = fd;
-  if (::send(socket, &wanted, sizeof wanted, MSG_NOSIGNAL) != sizeof wanted) return fail(errno);
-  char status = 0;
-  iovec io{&status, 1};
-  msghdr msg{};
-  msg.msg_iov = &io;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC) != 1) return fail(errno != 0 ? errno : EPROTO);
-  int got = -1;
-  if (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr && c->cmsg_type == SCM_RIGHTS) {
-    std::memcpy(&got, CMSG_DATA(c), sizeof got);
+  for (; i < fds.size(); i += fds_per_request) {
+    const std::size_t n = std::min(fds_per_request, fds.size() - i);
+    ask_broker(exporter, fds.subspan(i, n), std::span{out.fds_}.subspan(i, n));
   }
-  ::close(socket);
-  if (status != granted || got < 0) {
-    if (got >= 0) ::close(got);
-    errno = ENOENT;  // the exporter no longer shares it
-    return -1;
-  }
-  return got;
+  return out;
+}
+
+int exporters_fd(pid_t exporter, int fd, const std::function<int()>& take) {
+  copied_fds copy = exporters_fds(exporter, std::span{&fd, 1}, [&](int) { return take(); });
+  return copy.take(0);
 }
 
 }  // namespace syncmem::detail::ipc

@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -163,16 +164,7 @@ memory_handle export_memory(const void* p, std::size_t bytes, stream_view s, std
   const device_id device = s.device();
   ipc_capability& c = capability(device);
   device_guard guard{device};
-  const syncmem::detail::ipc_export shared = c.export_memory(device.index(), p, bytes);
-  // The export's files go with its record; closed here if it is never made.
-  struct file_guard {
-    const std::vector<int>* files;
-    ~file_guard() {
-      if (files != nullptr) {
-        for (const int fd : *files) ::close(fd);
-      }
-    }
-  } files_until_recorded{&shared.files};
+  syncmem::detail::ipc_export shared = c.export_memory(device.index(), p, bytes);
   const auto offset =
       static_cast<std::size_t>(static_cast<const std::byte*>(p) - static_cast<const std::byte*>(shared.base));
   SYNCMEM_EXPECTS(offset + bytes <= shared.size,
@@ -195,12 +187,10 @@ memory_handle export_memory(const void* p, std::size_t bytes, stream_view s, std
   w.size = bytes;
   w.memory = shared.memory;
   const event_handle signal = c.record_signal(device.index(), s.handle(), control_page::word(page), w.event);
-  files_until_recorded.files = nullptr;
-  std::vector<int> named = shared.named;
-  named.insert(named.end(), shared.files.begin(), shared.files.end());
+  std::vector<int> named = std::move(shared.named);
   named.push_back(page->fd());
   export_registry::instance().add(export_record{std::move(page), std::move(owner), device, signal, const_cast<void*>(p),
-                                                bytes, shared.files, std::move(named)});
+                                                bytes, std::move(named), std::move(shared.held)});
   syncmem::detail::ipc::start_fd_broker();
   return handle_access::make(w);
 }

@@ -4,9 +4,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -64,18 +66,13 @@ ipc_export cuda_ipc::export_pages(int index, const void* p, std::size_t bytes) {
   const pages_description d{pages_magic, static_cast<std::uint32_t>(pieces.size()), result.size};
   std::memcpy(result.memory.data(), &d, sizeof d);
   result.extra.resize(pieces.size() * sizeof(page_description));
-  try {
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      int fd = -1;
-      SYNCMEM_CU_TRY(
-          api.mem_export_to_shareable_handle(&fd, pieces[i].handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-      result.files.push_back(fd);
-      const page_description pd{pieces[i].address - pieces.front().address, pieces[i].size, fd, 0};
-      std::memcpy(result.extra.data() + i * sizeof pd, &pd, sizeof pd);
-    }
-  } catch (...) {
-    for (const int fd : result.files) ::close(fd);
-    throw;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    // The page's descriptor from its first share on: the export holds it open, not a new one of its own.
+    std::shared_ptr<const int> fd = vmm_.shareable_fd(pieces[i].handle);
+    const page_description pd{pieces[i].address - pieces.front().address, pieces[i].size, *fd, 0};
+    std::memcpy(result.extra.data() + i * sizeof pd, &pd, sizeof pd);
+    result.named.push_back(*fd);
+    result.held.push_back(std::move(fd));
   }
   return result;
 }
@@ -104,27 +101,39 @@ void* cuda_ipc::open_pages(int index, std::span<const std::byte> extra, std::siz
   };
   try {
     SYNCMEM_CU_TRY(api.mem_address_reserve(&base, size, 0, 0, 0));
+    std::vector<page_description> described(count);
+    std::vector<int> wanted(count);
     for (std::size_t i = 0; i < count; ++i) {
-      page_description pd{};
-      std::memcpy(&pd, extra.data() + i * sizeof pd, sizeof pd);
-      SYNCMEM_EXPECTS(pd.offset + pd.size <= size, "ipc import: a page lies outside the memory (forged or damaged)");
-      // A copy of the exporter's descriptor: it needs the right to trace the exporter (same user, ptrace_scope).
-      // Taken with pidfd_getfd where this process may trace the exporter, else from its broker.
-      const int fd = ipc::exporters_fd(exporter, pd.fd,
-                                       [&] { return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, pd.fd, 0)); });
-      if (fd < 0) {
-        SYNCMEM_FAIL(
-            fmt::format("ipc import: cannot take descriptor {} of process {} ({}): pidfd_getfd was refused "
-                        "and the exporter's descriptor broker did not give it",
-                        pd.fd, exporter, std::strerror(errno)));
+      std::memcpy(&described[i], extra.data() + i * sizeof(page_description), sizeof(page_description));
+      SYNCMEM_EXPECTS(described[i].offset + described[i].size <= size,
+                      "ipc import: a page lies outside the memory (forged or damaged)");
+      wanted[i] = described[i].fd;
+    }
+    pages.handles.reserve(count);
+    for (std::size_t first = 0; first < count; first += ipc::fds_per_request) {
+      // Copies of the exporter's descriptors: pidfd_getfd needs the right to trace the exporter (same user,
+      // ptrace_scope); where it is refused, the exporter's broker gives a turn of them at once.
+      const std::size_t n = std::min(ipc::fds_per_request, count - first);
+      ipc::copied_fds fds = ipc::exporters_fds(exporter, std::span{wanted}.subspan(first, n), [&](int fd) {
+        return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+      });
+      for (std::size_t i = 0; i < n; ++i) {
+        const page_description& pd = described[first + i];
+        const int fd = fds.take(i);
+        if (fd < 0) {
+          SYNCMEM_FAIL(
+              fmt::format("ipc import: cannot take descriptor {} of process {} ({}): pidfd_getfd was refused "
+                          "and the exporter's descriptor broker did not give it",
+                          pd.fd, exporter, std::strerror(errno)));
+        }
+        CUmemGenericAllocationHandle h = 0;
+        const CUresult status = api.mem_import_from_shareable_handle(
+            &h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        ::close(fd);
+        SYNCMEM_CU_TRY(status);
+        pages.handles.push_back(h);
+        SYNCMEM_CU_TRY(api.mem_map(base + pd.offset, pd.size, 0, h, 0));
       }
-      CUmemGenericAllocationHandle h = 0;
-      const CUresult status = api.mem_import_from_shareable_handle(
-          &h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-      ::close(fd);
-      SYNCMEM_CU_TRY(status);
-      pages.handles.push_back(h);
-      SYNCMEM_CU_TRY(api.mem_map(base + pd.offset, pd.size, 0, h, 0));
     }
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;

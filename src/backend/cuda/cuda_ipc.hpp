@@ -13,10 +13,11 @@ class cuda_vmm;
 
 // CUDA IPC: cudaIpcGetMemHandle / cudaIpcOpenMemHandle for memory of
 // cudaMalloc (the caching resource's plain segments); for the growable range,
-// each page exported as a POSIX file descriptor (cuMemExportToShareableHandle),
-// which the importer takes with pidfd_getfd and maps side by side as the
-// exporter has them; and an interprocess event (cudaIpcGetEventHandle)
-// recorded after the exporter's writes.
+// each page's POSIX file descriptor (cuMemExportToShareableHandle at the
+// page's first share, kept by cuda_vmm), which the importer takes with
+// pidfd_getfd and maps side by side as the exporter has them; and an
+// interprocess event (cudaIpcGetEventHandle) recorded after the exporter's
+// writes.
 class cuda_ipc final : public ipc_capability {
  public:
   explicit cuda_ipc(cuda_vmm& vmm) noexcept : vmm_{vmm} {}

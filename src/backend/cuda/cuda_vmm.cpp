@@ -1,5 +1,10 @@
 #include "backend/cuda/cuda_vmm.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <vector>
+
 #include "backend/cuda/driver_api.hpp"
 #include "core/log.hpp"
 #include "syncmem/error.hpp"
@@ -13,6 +18,25 @@ CUmemAllocationProp allocation_prop(int index) {
   prop.location.id = index;
   return prop;
 }
+
+// The descriptors kept for exported allocations: at most a quarter of the
+// process's, leaving the rest to the program (as emulated devices keep their files).
+std::size_t most_shareable_fds() {
+  static const std::size_t most = [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::size_t{256};
+    return static_cast<std::size_t>(limit.rlim_cur / 4);
+  }();
+  return most;
+}
+
+struct exported_file {
+  explicit exported_file(int descriptor) noexcept : fd{descriptor} {}
+  exported_file(const exported_file&) = delete;
+  exported_file& operator=(const exported_file&) = delete;
+  ~exported_file() { ::close(fd); }
+  int fd;
+};
 }  // namespace
 
 std::size_t cuda_vmm::granularity(int index) {
@@ -78,7 +102,47 @@ physical_handle cuda_vmm::create(int index, std::size_t bytes) {
   return handle;
 }
 
+// Exported once: a new descriptor per share cost the driver an export, and a
+// close when the share ended, for every page of every share.
+std::shared_ptr<const int> cuda_vmm::shareable_fd(physical_handle h) {
+  std::vector<std::shared_ptr<const int>> evicted;  // closed after the lock is let go
+  std::lock_guard lock{shareable_mutex_};
+  if (const auto it = shareable_.find(h); it != shareable_.end()) return it->second;
+  if (shareable_.size() >= most_shareable_fds()) {
+    for (auto it = shareable_.begin(); it != shareable_.end();) {
+      if (it->second.use_count() == 1) {  // no export holds it: exported again at its next share
+        evicted.push_back(std::move(it->second));
+        it = shareable_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  int fd = -1;
+  SYNCMEM_CU_TRY(driver().mem_export_to_shareable_handle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  std::shared_ptr<const exported_file> file;
+  try {
+    file = std::make_shared<const exported_file>(fd);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  std::shared_ptr<const int> named{file, &file->fd};
+  shareable_.emplace(h, named);  // where it throws, `named` closes the descriptor
+  return named;
+}
+
+void cuda_vmm::forget_shareable_fd(physical_handle h) noexcept {
+  std::shared_ptr<const int> file;  // closed here unless an export still holds it
+  std::lock_guard lock{shareable_mutex_};
+  if (const auto it = shareable_.find(h); it != shareable_.end()) {
+    file = std::move(it->second);
+    shareable_.erase(it);
+  }
+}
+
 void cuda_vmm::release(int, physical_handle h, std::size_t) noexcept {
+  forget_shareable_fd(h);  // first: the driver may give a new allocation the same handle
   const CUresult status = driver().mem_release(h);
   if (status != CUDA_SUCCESS && status != CUDA_ERROR_DEINITIALIZED) {
     logger().error("cuMemRelease failed: {}", static_cast<int>(status));

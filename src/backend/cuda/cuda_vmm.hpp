@@ -2,6 +2,9 @@
 
 #include <array>
 #include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "backend/vmm_capability.hpp"
 #include "backend/vmm_mappings.hpp"
@@ -10,7 +13,8 @@ namespace syncmem::detail::cuda {
 
 // The CUDA driver's virtual memory API (cuMemAddressReserve, cuMemCreate,
 // cuMemMap). Its physical allocations can be exported as POSIX file
-// descriptors (for CUDA IPC of the growable range), where the device allows.
+// descriptors (for CUDA IPC of the growable range), where the device allows:
+// each once, at its first share, as PyTorch's expandable segments do.
 class cuda_vmm final : public vmm_capability {
  public:
   [[nodiscard]] std::size_t granularity(int index) override;
@@ -26,9 +30,18 @@ class cuda_vmm final : public vmm_capability {
   [[nodiscard]] const vmm_mappings& mappings() const noexcept { return mappings_; }
   // Whether the device's physical allocations are made exportable.
   [[nodiscard]] bool exportable(int index) const noexcept;
+  // The POSIX file descriptor of the physical allocation `h`
+  // (cuMemExportToShareableHandle), made at its first call and kept while `h`
+  // lives; closed once `h` is released and no export holds the pointer.
+  // Throws where the driver refuses.
+  [[nodiscard]] std::shared_ptr<const int> shareable_fd(physical_handle h);
 
  private:
+  void forget_shareable_fd(physical_handle h) noexcept;
+
   vmm_mappings mappings_;
+  std::mutex shareable_mutex_;
+  std::unordered_map<physical_handle, std::shared_ptr<const int>> shareable_;
   // Per device: 0 not tried yet, 1 exportable, 2 the driver refused the handle type.
   std::array<std::atomic<int>, 64> exportable_{};
 };

@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -45,15 +48,17 @@ struct piece_description {
   std::uint32_t unused;
 };
 
-// The exporter's file `fd`, opened here, if it still is the file the handle names.
-int open_exporters_file(pid_t exporter, int fd, std::uint64_t inode, std::uint64_t device, std::uint64_t size) {
+// `own`, the copy of the exporter's file `fd` (-1 with errno set where it
+// was not given), if it still is the file the handle names.
+int checked_exporters_file(int own, pid_t exporter, int fd, std::uint64_t inode, std::uint64_t device,
+                           std::uint64_t size) {
+  const int error = errno;
   const std::string path = fmt::format("/proc/{}/fd/{}", exporter, fd);
-  const int own = ipc::exporters_fd(exporter, fd, [&] { return ipc::open_proc_fd(exporter, fd); });
   if (own < 0) {
     SYNCMEM_FAIL(
         fmt::format("ipc import: process {} no longer shares this memory (it exited or freed the "
                     "allocation): {} ({})",
-                    exporter, path, std::strerror(errno)));
+                    exporter, path, std::strerror(error)));
   }
   struct stat st {};
   if (::fstat(own, &st) != 0 || st.st_ino != inode || st.st_dev != device ||
@@ -148,7 +153,7 @@ ipc_export emulated_ipc::export_memory(int index, const void* p, std::size_t byt
   std::unique_lock lock{mutex_};
   if (const auto it = files_.find(found->first); it != files_.end()) {
     it->second.exported = true;
-    ipc_export result{base, size, {}, {}, {}, {it->second.fd}};
+    ipc_export result{base, size, {}, {}, {it->second.fd}, {}};
     const memory_description d{memory_magic, it->second.fd, it->second.inode, it->second.device, size};
     std::memcpy(result.memory.data(), &d, sizeof d);
     return result;
@@ -194,7 +199,9 @@ void* emulated_ipc::open_memory(int index, const ipc_bytes& memory, std::span<co
                   "ipc import: the handle does not describe emulated device memory (forged or damaged)");
   void* p = nullptr;
   if (d.magic == memory_magic) {
-    const int fd = open_exporters_file(exporter, d.fd, d.inode, d.device, d.size);
+    const int fd =
+        checked_exporters_file(ipc::exporters_fd(exporter, d.fd, [&] { return ipc::open_proc_fd(exporter, d.fd); }),
+                               exporter, d.fd, d.inode, d.device, d.size);
     p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int error = errno;
     ::close(fd);  // the mapping keeps the file
@@ -207,16 +214,27 @@ void* emulated_ipc::open_memory(int index, const ipc_bytes& memory, std::span<co
     p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) SYNCMEM_SYSTEM_FAIL(errno, fmt::format("ipc import: reserving {} bytes", size));
     try {
+      std::vector<piece_description> described(count);
+      std::vector<int> wanted(count);
       for (std::size_t i = 0; i < count; ++i) {
-        piece_description pd{};
-        std::memcpy(&pd, extra.data() + i * sizeof pd, sizeof pd);
-        SYNCMEM_EXPECTS(pd.offset + pd.size <= size, "ipc import: a piece lies outside the memory (forged or damaged)");
-        const int fd = open_exporters_file(exporter, pd.fd, pd.inode, pd.device, pd.size);
-        void* at = static_cast<std::byte*>(p) + pd.offset;
-        void* q = ::mmap(at, pd.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-        const int error = errno;
-        ::close(fd);
-        if (q != at) SYNCMEM_SYSTEM_FAIL(error, fmt::format("ipc import: mapping a piece of {} bytes", pd.size));
+        std::memcpy(&described[i], extra.data() + i * sizeof(piece_description), sizeof(piece_description));
+        SYNCMEM_EXPECTS(described[i].offset + described[i].size <= size,
+                        "ipc import: a piece lies outside the memory (forged or damaged)");
+        wanted[i] = described[i].fd;
+      }
+      for (std::size_t first = 0; first < count; first += ipc::fds_per_request) {
+        const std::size_t n = std::min(ipc::fds_per_request, count - first);
+        ipc::copied_fds fds = ipc::exporters_fds(exporter, std::span{wanted}.subspan(first, n),
+                                                 [&](int fd) { return ipc::open_proc_fd(exporter, fd); });
+        for (std::size_t i = 0; i < n; ++i) {
+          const piece_description& pd = described[first + i];
+          const int fd = checked_exporters_file(fds.take(i), exporter, pd.fd, pd.inode, pd.device, pd.size);
+          void* at = static_cast<std::byte*>(p) + pd.offset;
+          void* q = ::mmap(at, pd.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+          const int error = errno;
+          ::close(fd);
+          if (q != at) SYNCMEM_SYSTEM_FAIL(error, fmt::format("ipc import: mapping a piece of {} bytes", pd.size));
+        }
       }
     } catch (...) {
       ::munmap(p, size);
