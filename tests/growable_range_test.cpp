@@ -23,7 +23,8 @@ struct parts {
               "growable_range_test",
               pools,
               reserved,
-              events} {}
+              events,
+              observers} {}
   ~parts() {
     synchronize_device(device);
     range.release_all();
@@ -34,6 +35,7 @@ struct parts {
   reservation reserved{std::nullopt};
   stream_pools pools{2 * MiB};
   caching_events events{device};
+  segment_observers observers;
   growable_range range;
 };
 

@@ -1,13 +1,17 @@
 // A caching_resource's segment observers (mr/segment_observer.hpp): told of
 // every ordinary segment when added, of each segment obtained, and of each
-// segment before it is given back, while its memory is still the device's.
+// segment before it is given back, while its memory is still the device's;
+// likewise of the growable range's pages as they are mapped and unmapped.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -44,7 +48,51 @@ class recording_observer final : public mr::segment_observer {
     }
     ++released_;
   }
+  void range_mapped(void* at, std::size_t bytes) noexcept override {
+    std::lock_guard lock{mutex_};
+    const auto start = reinterpret_cast<std::uintptr_t>(at);
+    const auto next = mapped_.lower_bound(start);
+    if (bytes == 0 || (next != mapped_.end() && next->first < start + bytes) ||
+        (next != mapped_.begin() && std::prev(next)->second > start)) {
+      problems_.push_back("mapped twice");
+      return;
+    }
+    mapped_.emplace(start, start + bytes);
+  }
+  void range_unmapping(void* at, std::size_t bytes) noexcept override {
+    std::lock_guard lock{mutex_};
+    const auto start = reinterpret_cast<std::uintptr_t>(at);
+    const auto end = start + bytes;
+    auto it = mapped_.upper_bound(start);
+    if (it == mapped_.begin() || std::prev(it)->second < end) {
+      problems_.push_back("unmapped pages never mapped");
+      return;
+    }
+    --it;
+    const auto [first, last] = *it;  // the stretch loses [start, end) and keeps what lies either side
+    mapped_.erase(it);
+    if (first < start) mapped_.emplace(first, start);
+    if (end < last) mapped_.emplace(end, last);
+  }
   void resource_destroyed() noexcept override { destroyed_ = true; }
+  [[nodiscard]] std::size_t mapped_bytes() const {
+    std::lock_guard lock{mutex_};
+    std::size_t total = 0;
+    for (const auto& [start, end] : mapped_) total += end - start;
+    return total;
+  }
+  // Whether [p, p + bytes) is mapped, as it was told.
+  [[nodiscard]] bool mapped(const void* p, std::size_t bytes) const {
+    std::lock_guard lock{mutex_};
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    auto it = mapped_.upper_bound(at);
+    if (it == mapped_.begin()) return false;
+    --it;
+    // Stretches side by side (mapped by growths one after another) count as one.
+    std::uintptr_t reached = it->second;
+    while (reached < at + bytes && ++it != mapped_.end() && it->first == reached) reached = it->second;
+    return reached >= at + bytes;
+  }
   [[nodiscard]] bool destroyed() const { return destroyed_; }
   [[nodiscard]] std::map<std::uintptr_t, std::size_t> live() const {
     std::lock_guard lock{mutex_};
@@ -70,6 +118,7 @@ class recording_observer final : public mr::segment_observer {
   device_id device_;
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, std::size_t> live_;
+  std::map<std::uintptr_t, std::uintptr_t> mapped_;  // start -> end of stretches of the growable range
   std::vector<std::string> problems_;
   int added_ = 0;
   int released_ = 0;
@@ -112,6 +161,46 @@ TYPED_TEST(segment_observers_test, SeesEverySegmentComeAndGoWhileItIsStillValid)
   EXPECT_TRUE(observer->destroyed());
   EXPECT_TRUE(observer->live().empty());
   EXPECT_EQ(observer->added(), observer->released());
+  EXPECT_THAT(observer->problems(), ::testing::IsEmpty());
+}
+
+TYPED_TEST(segment_observers_test, SeesTheGrowableRangesPagesMappedAndUnmapped) {
+  const auto device = this->dev();
+  auto s = default_stream(device);
+  auto observer = std::make_shared<recording_observer>(device);
+  std::size_t before_bytes = 0;
+  {
+    mr::caching_resource resource{device, mr::caching_options::parse("expandable:1,thread_cache_mb:0")};
+    auto& r = rng();
+    before_bytes = std::uniform_int_distribution<std::size_t>{3 * MiB, 9 * MiB}(r);
+    void* before = resource.allocate(before_bytes, s);  // pages mapped before the observer comes
+    resource.add_segment_observer(observer);
+    const auto snap = resource.snapshot();
+    if (std::none_of(snap.segments.begin(), snap.segments.end(),
+                     [](const auto& seg) { return seg.pool == mr::segment_pool::expandable; })) {
+      resource.deallocate(before, before_bytes, s);
+      GTEST_SKIP() << "the device has no growable range";
+    }
+    EXPECT_TRUE(observer->mapped(before, before_bytes));
+
+    std::vector<std::pair<void*, std::size_t>> blocks;
+    for (int i = 0; i < 12; ++i) {
+      const std::size_t bytes = std::uniform_int_distribution<std::size_t>{MiB, 40 * MiB}(r);
+      blocks.emplace_back(resource.allocate(bytes, s), bytes);
+      EXPECT_TRUE(observer->mapped(blocks.back().first, bytes) || observer->covers(blocks.back().first, bytes))
+          << bytes << " bytes";
+    }
+    const std::size_t at_peak = observer->mapped_bytes();
+    EXPECT_GE(at_peak, before_bytes);
+    for (auto [p, bytes] : blocks) resource.deallocate(p, bytes, s);
+    resource.empty_cache();  // every page but those `before` lies in is unmapped
+    EXPECT_TRUE(observer->mapped(before, before_bytes));
+    EXPECT_LT(observer->mapped_bytes(), at_peak);
+    EXPECT_LE(observer->mapped_bytes(), resource.statistics().reserved_bytes);
+    resource.deallocate(before, before_bytes, s);
+  }  // the destructor tells the observer of the pages still mapped
+  EXPECT_TRUE(observer->destroyed());
+  EXPECT_EQ(observer->mapped_bytes(), 0U);
   EXPECT_THAT(observer->problems(), ::testing::IsEmpty());
 }
 

@@ -679,8 +679,10 @@ def test_mem_pools_route_this_threads_allocations_and_give_memory_back():
 
 
 # Memory history (torch.cuda.memory._record_memory_history): every allocation
-# and free in the trace with its Python stack, the stack of each live block in
-# the snapshot, and memory_viz renders it.
+# and free in the trace with its Python stack, the segments obtained and given
+# back (pages mapped and unmapped in the growable range) adding up to what is
+# reserved, the stack of each live block in the snapshot, and memory_viz
+# renders it.
 HISTORY = """
 import sys
 import torch
@@ -694,6 +696,8 @@ torch.ones(1, device=dev)
 def make(n):
     return torch.empty(n, dtype=torch.uint8, device=dev)
 
+growable = sys.argv[2] == "growable"
+reserved_before = torch.cuda.memory_reserved()
 torch.cuda.memory._record_memory_history(max_entries=100000)
 sizes = [int(torch.randint(1, 8 << 20, (1,), generator=rng)) for _ in range(20)]
 tensors = [make(n) for n in sizes]
@@ -719,15 +723,34 @@ for t in kept:
     assert t.data_ptr() in live, "a live tensor is not an allocated block"
     assert any(f["name"] == "make" for f in live[t.data_ptr()].get("frames", [])), "a live block without its stack"
 assert "<html" in _memory_viz.trace_plot(snap).lower()
+assert "<html" in _memory_viz.segment_plot(snap).lower()
+# What the allocator took from the device while recording and gave back:
+# pages mapped and unmapped in the growable range (as PyTorch's expandable
+# segments) and whole segments (small requests' always), adding up to what it
+# reserves.
+def moved(trace, actions):
+    return sum(e["size"] for e in trace if e["action"] in actions)
+GOT, GAVE = ("segment_map", "segment_alloc"), ("segment_unmap", "segment_free")
+assert any(e["action"] == "segment_map" for e in trace) == growable, "segment_map where there is no growable range"
+taken = moved(trace, GOT)
+assert taken >= sum(sizes) - reserved_before, (taken, sum(sizes), reserved_before)
+assert torch.cuda.memory_reserved() - reserved_before == taken - moved(trace, GAVE)
+del kept
+torch.cuda.empty_cache()
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+assert moved(trace, GAVE) > 0, "nothing given back was recorded"
+assert torch.cuda.memory_reserved() - reserved_before == moved(trace, GOT) - moved(trace, GAVE)
 torch.cuda.memory._record_memory_history(enabled=None)
 assert not torch.cuda.memory._snapshot()["device_traces"][0], "the trace stays after recording stopped"
 print("ok")
 """
 
 
-def test_memory_history_records_allocations_frees_and_stacks():
+@pytest.mark.parametrize("layout", ["growable", "plain"])
+def test_memory_history_records_allocations_frees_segments_and_stacks(layout):
     seed = str(int.from_bytes(os.urandom(4), "little"))
-    out = checked(run_python(HISTORY, seed))
+    env = {"SYNCMEM_ALLOC_CONF": "expandable:0"} if layout == "plain" else {}
+    out = checked(run_python(HISTORY, seed, layout, env=env))
     assert out.stdout.strip().endswith("ok"), out.stdout
 
 

@@ -10,8 +10,9 @@
 namespace syncmem::mr {
 
 /// @brief An observer of a caching_resource's ordinary segments (the memory it
-/// takes whole from the device or its upstream). Memory of a growable range
-/// (caching_options::expandable) is not reported.
+/// takes whole from the device or its upstream) and, where it has one, of the
+/// pages mapped in its growable range (caching_options::expandable), as
+/// stretches of the range's address space.
 ///
 /// Both calls are made under the resource's lock: they must be quick enough to
 /// sit on the allocator's slow path, must not call into the resource, and must
@@ -29,8 +30,20 @@ class segment_observer {
   /// @brief `[base, base + bytes)` is about to be given back: every block of
   /// it is free, or the resource is being destroyed. The memory is still valid.
   virtual void segment_releasing(void* base, std::size_t bytes) noexcept = 0;
-  /// @brief The resource is being destroyed: segment_releasing was called for
-  /// each segment it holds, and nothing more will be called (the observer
+  /// @brief Pages of the growable range were mapped at `[at, at + bytes)`;
+  /// also called for each mapped stretch when the observer is added.
+  virtual void range_mapped(void* at, std::size_t bytes) noexcept {
+    (void)at;
+    (void)bytes;
+  }
+  /// @brief The pages at `[at, at + bytes)` of the growable range are about to
+  /// be unmapped (also when the resource is being destroyed).
+  virtual void range_unmapping(void* at, std::size_t bytes) noexcept {
+    (void)at;
+    (void)bytes;
+  }
+  /// @brief The resource is being destroyed: segment_releasing (range_unmapping)
+  /// was called for each segment (mapped stretch) it holds, and nothing more will be called (the observer
   /// must not call remove_segment_observer on it any more).
   virtual void resource_destroyed() noexcept {}
 };

@@ -109,6 +109,7 @@ mr::caching_resource& torch_allocator::caching(c10::DeviceIndex device) {
   mr::caching_resource* r = d.resource.load(std::memory_order_acquire);
   if (r == nullptr) {
     r = &mr::default_resource(device_id::cuda(device));
+    history_.watch(device, *r);
     d.resource.store(r, std::memory_order_release);
     const auto end = static_cast<std::size_t>(device) + 1;
     std::size_t seen = devices_used_end_.load(std::memory_order_acquire);

@@ -1,7 +1,11 @@
 #include "torch_history.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
+
+#include "syncmem/mr/caching_resource.hpp"
+#include "syncmem/mr/segment_observer.hpp"
 
 namespace syncmem::interop {
 namespace {
@@ -10,6 +14,28 @@ using c10::CachingDeviceAllocator::RecordContext;
 using trace_entry = torch_history::trace_entry;
 
 constexpr std::size_t action_count = static_cast<std::size_t>(trace_entry::OOM) + 1;
+
+// Tells the history of one device's segments and of its growable range's mappings.
+class segment_recorder final : public mr::segment_observer {
+ public:
+  segment_recorder(torch_history& history, c10::DeviceIndex device) : history_{history}, device_{device} {}
+  void segment_added(void* base, std::size_t bytes) noexcept override {
+    history_.on_segment(device_, trace_entry::SEGMENT_ALLOC, base, bytes);
+  }
+  void segment_releasing(void* base, std::size_t bytes) noexcept override {
+    history_.on_segment(device_, trace_entry::SEGMENT_FREE, base, bytes);
+  }
+  void range_mapped(void* at, std::size_t bytes) noexcept override {
+    history_.on_segment(device_, trace_entry::SEGMENT_MAP, at, bytes);
+  }
+  void range_unmapping(void* at, std::size_t bytes) noexcept override {
+    history_.on_segment(device_, trace_entry::SEGMENT_UNMAP, at, bytes);
+  }
+
+ private:
+  torch_history& history_;
+  c10::DeviceIndex device_;
+};
 
 }  // namespace
 
@@ -77,6 +103,23 @@ void torch_history::on_oom(c10::DeviceIndex device, std::size_t size, std::size_
   if (!enabled()) return;
   std::lock_guard lock{mutex_};
   if (when_ >= RecordContext::ALLOC) add(device, trace_entry::OOM, device_free, size, stream, nullptr);
+}
+
+void torch_history::watch(c10::DeviceIndex device, mr::caching_resource& resource) {
+  const auto d = static_cast<std::size_t>(device);
+  if (d >= watched_.size() || watched_[d].exchange(true)) return;
+  // Not under mutex_: the resource tells the new observer of its segments at once.
+  resource.add_segment_observer(std::make_shared<segment_recorder>(*this, device));
+}
+
+void torch_history::on_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes) {
+  if (!enabled()) return;
+  try {
+    std::lock_guard lock{mutex_};
+    if (when_ >= RecordContext::ALLOC)
+      add(device, action, reinterpret_cast<std::uintptr_t>(at), bytes, nullptr, nullptr);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): an observer must not throw; the entry is lost, as from a full ring
+  }
 }
 
 void torch_history::on_snapshot() {

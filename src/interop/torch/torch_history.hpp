@@ -2,13 +2,16 @@
 
 // Memory history for syncmem.torch (torch.cuda.memory._record_memory_history):
 // every allocation and free, with the context PyTorch's recorder captures
-// (Python and C++ stacks), kept in a ring of the last entries per device, and
-// the context of each live block, for torch.cuda.memory._snapshot() and
-// memory_viz. Recorded only while enabled: otherwise one relaxed load per call.
+// (Python and C++ stacks), and each segment obtained or given back and each
+// stretch of the growable range mapped or unmapped (as PyTorch's expandable
+// segments), kept in a ring of the last entries per device, and the context
+// of each live block, for torch.cuda.memory._snapshot() and memory_viz.
+// Recorded only while enabled: otherwise one relaxed load per call.
 
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/ApproximateClock.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +21,10 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+namespace syncmem::mr {
+class caching_resource;
+}
 
 namespace syncmem::interop {
 
@@ -35,6 +42,12 @@ class torch_history {
   // addr_ of an OOM entry is the device's free memory, as PyTorch's.
   void on_oom(c10::DeviceIndex device, std::size_t size, std::size_t device_free, void* stream);
   void on_snapshot();
+  // Records the segments of `resource`, the caching resource of `device`, from
+  // now on; once per device (later calls do nothing).
+  void watch(c10::DeviceIndex device, mr::caching_resource& resource);
+  // A segment event (SEGMENT_ALLOC, _FREE, _MAP, _UNMAP). No stack is gathered:
+  // the resource tells of its segments under its lock, where Python's cannot be read.
+  void on_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes);
 
   // The traces, one per device of `device_count`, with unix times (the
   // snapshot's device_traces); the context each live block was allocated in.
@@ -54,6 +67,7 @@ class torch_history {
   std::vector<std::deque<trace_entry>> traces_;  // by device
   std::unordered_map<std::uintptr_t, context> live_;
   c10::ApproximateClockToUnixTimeConverter clock_;
+  std::array<std::atomic<bool>, 64> watched_{};  // by device index
 };
 
 }  // namespace syncmem::interop

@@ -62,7 +62,8 @@ caching_state::caching_state(device_id device, caching_options options, memory_r
              name_,
              pools_,
              reserved_,
-             events_},
+             events_,
+             segments_.observers()},
       caches_{id_, options_.thread_cache_size} {}
 
 void caching_state::start() {
@@ -579,7 +580,9 @@ allocator_snapshot caching_state::snapshot() {
 
 void caching_state::add_segment_observer(std::shared_ptr<segment_observer> observer) {
   std::lock_guard lock{mutex_};
+  segment_observer& o = *observer;
   segments_.observe(std::move(observer));
+  range_.report_mapped(o);
 }
 
 bool caching_state::remove_segment_observer(const segment_observer* observer) noexcept {
@@ -589,6 +592,7 @@ bool caching_state::remove_segment_observer(const segment_observer* observer) no
 
 void caching_state::detach_segment_observers() noexcept {
   std::lock_guard lock{mutex_};
+  range_.report_unmapping();
   segments_.detach_observers();
 }
 

@@ -47,6 +47,8 @@ class device_segments {
   bool stop_observing(const segment_observer* observer) noexcept { return observers_.remove(observer); }
   // The resource goes: each segment is reported released, then the observers are let go.
   void detach_observers() noexcept;
+  // The observers, for the growable range to tell of its pages.
+  [[nodiscard]] const segment_observers& observers() const noexcept { return observers_; }
 
  private:
   [[nodiscard]] void* take(std::size_t size, stream_view s);

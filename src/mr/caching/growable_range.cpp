@@ -18,7 +18,7 @@ constexpr std::size_t release_share_pages = 4;
 }  // namespace
 
 growable_range::growable_range(device_id device, settings config, std::string name, stream_pools& pools,
-                               reservation& reserved, caching_events& events)
+                               reservation& reserved, caching_events& events, const segment_observers& observers)
     : device_{device},
       backend_{syncmem::detail::backend_for(device)},
       vmm_{backend_.virtual_memory()},
@@ -27,7 +27,8 @@ growable_range::growable_range(device_id device, settings config, std::string na
       name_{std::move(name)},
       pools_{pools},
       reserved_{reserved},
-      events_{events} {}
+      events_{events},
+      observers_{observers} {}
 
 bool growable_range::ready() {
   if (!config_.enabled) return false;
@@ -231,6 +232,7 @@ bool growable_range::map_stretch(std::uintptr_t at, std::size_t count) {
     }
   }
   mapped_pages_ += count;
+  observers_.mapped(at, count * page_size_);
   return true;
 }
 

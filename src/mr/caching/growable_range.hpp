@@ -26,6 +26,7 @@
 #include "mr/caching/block.hpp"
 #include "mr/caching/caching_events.hpp"
 #include "mr/caching/reservation.hpp"
+#include "mr/caching/segment_observers.hpp"
 #include "mr/caching/stream_pools.hpp"
 #include "syncmem/device.hpp"
 
@@ -50,7 +51,7 @@ class growable_range {
   };
 
   growable_range(device_id device, settings config, std::string name, stream_pools& pools, reservation& reserved,
-                 caching_events& events);
+                 caching_events& events, const segment_observers& observers);
   growable_range(const growable_range&) = delete;
   growable_range& operator=(const growable_range&) = delete;
 
@@ -83,6 +84,10 @@ class growable_range {
   // nullptr until reserved.
   [[nodiscard]] const segment* range() const noexcept { return range_.get(); }
   [[nodiscard]] bool has_mapped_pages() const noexcept { return mapped_pages_ > 0; }
+  // Tells one observer of every stretch of mapped pages (as mapped), or all of
+  // them (as about to be unmapped), for observers that come or a resource that goes.
+  void report_mapped(segment_observer& observer) const noexcept;
+  void report_unmapping() const noexcept;
   // Unmaps and releases everything; for the allocator's destructor, with the device idle.
   void release_all() noexcept;
   // Growths whose moved pages are still mapped at their old place too (a
@@ -157,6 +162,8 @@ class growable_range {
   void unmap_unit(std::uintptr_t address, bool keep_handle) noexcept;
   void add_unmapped(block* m);
   void release_spares() noexcept;
+  template <class F>
+  void for_each_mapped(F&& f) const;
 
   const device_id device_;
   syncmem::detail::backend& backend_;
@@ -178,6 +185,7 @@ class growable_range {
   std::size_t mapped_pages_ = 0;
   std::set<block*, by_size_then_address> unmapped_;
   caching_events& events_;
+  const segment_observers& observers_;
   // The pages one growth moved, left mapped at their old place until the
   // work enqueued before the growth has passed.
   struct move_out {

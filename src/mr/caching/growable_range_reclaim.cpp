@@ -227,6 +227,7 @@ std::size_t growable_range::settle(bool device_idle) {
 
 // Unmaps a moving stretch, which becomes a hole (its handles are mapped elsewhere, or orphans).
 void growable_range::unmap_moved(block* b) {
+  observers_.unmapping(b->ptr, b->size);
   for (std::uintptr_t at = b->ptr; at < b->end();) {
     const std::size_t first = slot_of(at);
     const std::size_t n = large_[first] ? large_pages_ : 1;
@@ -298,6 +299,7 @@ void growable_range::unmap_unit(std::uintptr_t address, bool keep_handle) noexce
   const bool large = large_[first];
   const std::size_t n = large ? large_pages_ : 1;
   const std::size_t bytes = n * page_size_;
+  observers_.unmapping(address, bytes);
   vmm_->unmap(index_, reinterpret_cast<void*>(address), bytes);
   const auto h = pages_[first];
   for (std::size_t i = first; i < first + n; ++i) {
@@ -350,6 +352,29 @@ void growable_range::release_spares() noexcept {
   });
   spare_pages_.clear();
   spare_large_.clear();
+}
+
+template <class F>
+void growable_range::for_each_mapped(F&& f) const {
+  if (range_ == nullptr) return;
+  for (std::size_t i = 0; i < pages_.size();) {
+    if (pages_[i] == 0) {
+      ++i;
+      continue;
+    }
+    const std::size_t first = i;
+    while (i < pages_.size() && pages_[i] != 0) ++i;
+    f(range_->base + first * page_size_, (i - first) * page_size_);
+  }
+}
+
+void growable_range::report_mapped(segment_observer& observer) const noexcept {
+  for_each_mapped(
+      [&](std::uintptr_t at, std::size_t bytes) { observer.range_mapped(reinterpret_cast<void*>(at), bytes); });
+}
+
+void growable_range::report_unmapping() const noexcept {
+  for_each_mapped([&](std::uintptr_t at, std::size_t bytes) { observers_.unmapping(at, bytes); });
 }
 
 void growable_range::release_all() noexcept {

@@ -23,6 +23,14 @@ void segment_observers::releasing(std::uintptr_t base, std::size_t bytes) const 
   for (const auto& o : observers_) o->segment_releasing(reinterpret_cast<void*>(base), bytes);
 }
 
+void segment_observers::mapped(std::uintptr_t at, std::size_t bytes) const noexcept {
+  for (const auto& o : observers_) o->range_mapped(reinterpret_cast<void*>(at), bytes);
+}
+
+void segment_observers::unmapping(std::uintptr_t at, std::size_t bytes) const noexcept {
+  for (const auto& o : observers_) o->range_unmapping(reinterpret_cast<void*>(at), bytes);
+}
+
 void segment_observers::destroyed() noexcept {
   for (const auto& o : observers_) o->resource_destroyed();
   observers_.clear();
