@@ -63,6 +63,8 @@ import subprocess
 import sys
 import time
 
+from torch_modes import enable_allocator, mode_environment
+
 MODES = ("torch-default", "torch-expandable", "syncmem-default")
 WORKLOADS = ("gpt2-infer", "gpt2-train")
 SCALES = {
@@ -76,31 +78,7 @@ PROBE_SAMPLES = 256
 STDERR_LINES = 15
 
 
-def mode_environment(mode: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    env.pop("SYNCMEM_ALLOC_CONF", None)
-    if mode == "torch-expandable":
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    return env
-
-
 # ---- one process: one workload in one mode ------------------------------------
-
-
-def enable_allocator(mode: str) -> None:
-    """Installs syncmem as PyTorch's allocator for the syncmem modes; must run
-    before the first CUDA allocation."""
-    if not mode.startswith("syncmem"):
-        return
-    try:
-        import syncmem.torch as syncmem_torch  # noqa: PLC0415
-    except ImportError as e:
-        raise SystemExit(
-            f"mode {mode}: syncmem.torch is not available ({e}); build and install the Python "
-            "package with its PyTorch integration (pip install .) to measure the syncmem modes"
-        ) from e
-    syncmem_torch.enable()
 
 
 def schedule(batches: tuple[int, ...], warmup: int, steps: int, seed: int) -> tuple[list[int], list[int]]:

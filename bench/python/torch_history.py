@@ -42,26 +42,13 @@ import subprocess
 import sys
 import time
 
+from torch_modes import enable_allocator, mode_environment
+
 MODES = ("torch-default", "syncmem-default")
 SIZES = {"512B": 512, "64KiB": 64 << 10, "2MiB": 2 << 20}
 MAX_ENTRIES = 100_000
 CHECK_ALLOCATIONS = 100
 STDERR_LINES = 15
-
-
-def enable_allocator(mode: str) -> None:
-    """Installs syncmem as PyTorch's allocator for the syncmem modes; must run
-    before the first CUDA allocation."""
-    if not mode.startswith("syncmem"):
-        return
-    try:
-        import syncmem.torch as syncmem_torch  # noqa: PLC0415
-    except ImportError as e:
-        raise SystemExit(
-            f"mode {mode}: syncmem.torch is not available ({e}); build and install the Python "
-            "package with its PyTorch integration (pip install .) to measure the syncmem modes"
-        ) from e
-    syncmem_torch.enable()
 
 
 # ---- one process: every size in one mode --------------------------------------
@@ -142,11 +129,8 @@ def tail(text, lines: int = STDERR_LINES) -> str:
 def run_worker(args, mode: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--pairs", str(args.pairs),
            "--repeats", str(args.repeats)]
-    env = dict(os.environ)
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    env.pop("SYNCMEM_ALLOC_CONF", None)
     try:
-        proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True,
+        proc = subprocess.run(cmd, check=False, env=mode_environment(mode), capture_output=True, text=True,
                               timeout=args.process_timeout)
     except subprocess.TimeoutExpired as e:
         return {"mode": mode, "error": f"timed out after {args.process_timeout:.0f} s", "stderr": tail(e.stderr)}

@@ -48,6 +48,8 @@ import subprocess
 import sys
 import time
 
+from torch_modes import enable_allocator, mode_environment
+
 MODES = ("torch-default", "torch-expandable", "syncmem-default", "syncmem-plain")
 MORE_MODES = {  # SYNCMEM_ALLOC_CONF of each
     "syncmem-plain": "expandable:0",
@@ -64,35 +66,16 @@ WORKLOADS = ("gpt2", "resnet50", "infer")
 REPLAY_FORMAT_LINE = "# syncmem.replay/1"
 
 
-def mode_environment(mode: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    env.pop("SYNCMEM_ALLOC_CONF", None)
-    if mode == "torch-expandable":
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    elif mode in MORE_MODES:
-        env["SYNCMEM_ALLOC_CONF"] = MORE_MODES[mode]
-    elif mode in PAGE_MODES:
-        env["SYNCMEM_ALLOC_CONF"] = f"expandable:1,grow_from_idle:1,{PAGE_MODES[mode]}"
-    return env
+def syncmem_conf(mode: str) -> str | None:
+    """SYNCMEM_ALLOC_CONF for the modes that set it."""
+    if mode in MORE_MODES:
+        return MORE_MODES[mode]
+    if mode in PAGE_MODES:
+        return f"expandable:1,grow_from_idle:1,{PAGE_MODES[mode]}"
+    return None
 
 
 # ---- one process: one workload in one mode ------------------------------------
-
-
-def enable_allocator(mode: str) -> None:
-    """Installs syncmem as PyTorch's allocator for the syncmem modes; must run
-    before the first CUDA allocation."""
-    if not mode.startswith("syncmem"):
-        return
-    try:
-        import syncmem.torch as syncmem_torch  # noqa: PLC0415
-    except ImportError as e:
-        raise SystemExit(
-            f"mode {mode}: syncmem.torch is not available ({e}); build and install the Python "
-            "package with its PyTorch integration (pip install .) to measure the syncmem modes"
-        ) from e
-    syncmem_torch.enable()
 
 
 def step_shapes(workload: str, steps: int, seed: int) -> list[tuple[int, ...]]:
@@ -289,7 +272,8 @@ def worker_command(args, workload: str, mode: str, trace_path: str | None = None
 
 
 def run_worker(args, workload: str, mode: str, trace_path: str | None = None) -> dict:
-    proc = subprocess.run(worker_command(args, workload, mode, trace_path), env=mode_environment(mode),
+    env = mode_environment(mode, syncmem_conf(mode))
+    proc = subprocess.run(worker_command(args, workload, mode, trace_path), env=env,
                           capture_output=True, text=True, timeout=args.process_timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
