@@ -524,9 +524,12 @@ print("ok")
 # the sender's memory (plain segments: CUDA IPC of the cudaMalloc segment;
 # the growable range: the block's pages), reads it, doubles it in place, and
 # the sender sees the doubled values; once the child has exited and torch has
-# collected, the sender's memory is back.
+# collected, the sender's memory is back, and the device's free memory is what
+# it was before anything was shared (nothing leaks: no page, no descriptor
+# that would keep one).
 SHARE = """
 import sys
+import time
 import torch
 import torch.multiprocessing as mp
 import syncmem.torch
@@ -545,6 +548,10 @@ def child(inbox, outbox):
 
 if __name__ == "__main__":
     syncmem.torch.enable()
+    torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    free_at_start = torch.cuda.mem_get_info()[0]
     ctx = mp.get_context("spawn")
     g = torch.Generator().manual_seed(int(sys.argv[1]))
     values = torch.randn(int(torch.randint(1 << 10, 1 << 20, (1,), generator=g)), generator=g)
@@ -571,6 +578,13 @@ if __name__ == "__main__":
     torch.cuda.ipc_collect()
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == baseline, (torch.cuda.memory_allocated(), baseline)
+    torch.cuda.empty_cache()
+    # The driver takes the child's context down after it exits: wait for that, within a minute.
+    deadline = time.monotonic() + 60
+    while torch.cuda.mem_get_info()[0] != free_at_start and time.monotonic() < deadline:
+        time.sleep(0.1)
+    free = torch.cuda.mem_get_info()[0]
+    assert free == free_at_start, f"{free_at_start - free} bytes of the device not back after every share ended"
     print("ok")
 """
 
