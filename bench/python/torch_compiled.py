@@ -63,7 +63,7 @@ import subprocess
 import sys
 import time
 
-from torch_modes import enable_allocator, mode_environment
+from torch_modes import choices, enable_allocator, mode_environment, tail
 
 MODES = ("torch-default", "torch-expandable", "syncmem-default")
 WORKLOADS = ("gpt2-infer", "gpt2-train")
@@ -75,7 +75,6 @@ SCALES = {
 }
 TOLERANCE = {"gpt2-infer": (1e-3, 1e-3), "gpt2-train": (1e-3, 0.0)}  # (rtol, atol)
 PROBE_SAMPLES = 256
-STDERR_LINES = 15
 
 
 # ---- one process: one workload in one mode ------------------------------------
@@ -238,13 +237,6 @@ def run_one(workload: str, mode: str, scale_name: str, steps: int, warmup: int, 
 # ---- the driver --------------------------------------------------------------
 
 
-def tail(text, lines: int = STDERR_LINES) -> str:
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    kept = (text or "").strip().splitlines()[-lines:]
-    return "\n".join(kept) if kept else "(no output)"
-
-
 def run_worker(args, workload: str, mode: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", workload, "--mode", mode, "--scale", args.scale,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed)]
@@ -333,14 +325,8 @@ def print_failures(runs: dict[str, dict[str, list[dict]]]) -> None:
 
 
 def drive(args) -> int:
-    workloads = args.workloads.split(",")
-    modes = args.modes.split(",")
-    for w in workloads:
-        if w not in WORKLOADS:
-            raise SystemExit(f"--workloads: unknown {w!r}; valid: {', '.join(WORKLOADS)}")
-    for m in modes:
-        if m not in MODES:
-            raise SystemExit(f"--modes: unknown {m!r}; valid: {', '.join(MODES)}")
+    workloads = choices(args.workloads, WORKLOADS, "--workloads")
+    modes = choices(args.modes, MODES, "--modes")
     runs: dict[str, dict[str, list[dict]]] = {w: {m: [] for m in modes} for w in workloads}
     unavailable: dict[str, dict] = {}
     for round_ in range(args.processes):

@@ -42,13 +42,12 @@ import subprocess
 import sys
 import time
 
-from torch_modes import enable_allocator, mode_environment
+from torch_modes import choices, enable_allocator, mode_environment, tail
 
 MODES = ("torch-default", "syncmem-default")
 SIZES = {"512B": 512, "64KiB": 64 << 10, "2MiB": 2 << 20}
 MAX_ENTRIES = 100_000
 CHECK_ALLOCATIONS = 100
-STDERR_LINES = 15
 
 
 # ---- one process: every size in one mode --------------------------------------
@@ -119,13 +118,6 @@ def worker(mode: str, pairs: int, repeats: int) -> dict:
 # ---- the driver --------------------------------------------------------------
 
 
-def tail(text, lines: int = STDERR_LINES) -> str:
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    kept = (text or "").strip().splitlines()[-lines:]
-    return "\n".join(kept) if kept else "(no output)"
-
-
 def run_worker(args, mode: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--pairs", str(args.pairs),
            "--repeats", str(args.repeats)]
@@ -187,10 +179,7 @@ def print_table(summary: dict[str, dict]) -> None:
 
 
 def drive(args) -> int:
-    modes = args.modes.split(",")
-    for m in modes:
-        if m not in MODES:
-            raise SystemExit(f"--modes: unknown {m!r}; valid: {', '.join(MODES)}")
+    modes = choices(args.modes, MODES, "--modes")
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     unavailable: set[str] = set()
     for round_ in range(args.processes):

@@ -1,5 +1,6 @@
-"""The allocator modes the PyTorch benchmarks share: the environment of a
-worker process for a mode, and installing syncmem's allocator in it.
+"""What the PyTorch benchmarks share: the environment of a worker process for
+an allocator mode, installing syncmem's allocator in it, checking the modes
+and workloads asked for, and the end of a failed worker's output.
 
   torch-default      PyTorch's CUDA caching allocator
   torch-expandable   the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -39,3 +40,20 @@ def enable_allocator(mode: str) -> None:
             "package with its PyTorch integration (pip install .) to measure the syncmem modes"
         ) from e
     syncmem_torch.enable()
+
+
+def choices(value: str, valid, option: str) -> list[str]:
+    """The comma-separated names of `value`, each one of `valid`; exits naming `option` otherwise."""
+    names = value.split(",")
+    for name in names:
+        if name not in valid:
+            raise SystemExit(f"{option}: unknown {name!r}; valid: {', '.join(valid)}")
+    return names
+
+
+def tail(text, lines: int = 15) -> str:
+    """The last `lines` lines of a worker's output (text or bytes)."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    kept = (text or "").strip().splitlines()[-lines:]
+    return "\n".join(kept) if kept else "(no output)"

@@ -48,7 +48,7 @@ import subprocess
 import sys
 import time
 
-from torch_modes import enable_allocator, mode_environment
+from torch_modes import choices, enable_allocator, mode_environment
 
 MODES = ("torch-default", "torch-expandable", "syncmem-default", "syncmem-plain")
 MORE_MODES = {  # SYNCMEM_ALLOC_CONF of each
@@ -314,14 +314,8 @@ def print_table(summary: dict[str, dict[str, dict]]) -> None:
 
 
 def drive(args) -> int:
-    workloads = args.workloads.split(",")
-    modes = args.modes.split(",")
-    for w in workloads:
-        if w not in WORKLOADS:
-            raise SystemExit(f"--workloads: unknown {w!r}; valid: {', '.join(WORKLOADS)}")
-    for m in modes:
-        if m not in ALL_MODES:
-            raise SystemExit(f"--modes: unknown {m!r}; valid: {', '.join(ALL_MODES)}")
+    workloads = choices(args.workloads, WORKLOADS, "--workloads")
+    modes = choices(args.modes, ALL_MODES, "--modes")
     runs: dict[str, dict[str, list[dict]]] = {w: {m: [] for m in modes} for w in workloads}
     unavailable: dict[str, dict] = {}
     for round_ in range(args.processes):
