@@ -143,6 +143,33 @@ TYPED_TEST(GraphPools, AFreeOnAnotherStreamIsNotReusedByTheSameCapture) {
   EXPECT_FALSE(g3.pool() == pool);
 }
 
+// A block of the capture that another stream uses (record_stream) and that is
+// freed before that stream joins back: the capture does not hand it out again,
+// on any stream (the other stream may still read it at that point of the
+// graph); a later capture into the pool may.
+TYPED_TEST(GraphPools, ABlockAnotherStreamUsesIsNotReusedByTheCaptureThatFreesIt) {
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, other{this->dev()};
+  const std::size_t n = 4096 + rng()() % 4096;
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* a = resource.allocate(n, s);
+  resource.record_stream(a, other);
+  resource.deallocate(a, n, s);
+  void* b = resource.allocate(n, s);
+  EXPECT_NE(b, a) << "a block another stream may still read was handed out again in the same capture";
+  resource.deallocate(b, n, s);
+  void* c = resource.allocate(n, s);
+  EXPECT_EQ(c, b) << "without another stream's use, a block freed on the stream is reused at once";
+  resource.deallocate(c, n, s);
+  graph first = end_capture(s);
+  begin_capture(s, pool);
+  std::vector<void*> later{resource.allocate(n, s), resource.allocate(n, s)};
+  EXPECT_THAT(later, ::testing::UnorderedElementsAre(a, b)) << "a later capture reuses both";
+  for (void* p : later) resource.deallocate(p, n, s);
+  graph second = end_capture(s);
+}
+
 // A block allocated during a capture is a graph pool's: allocation_info says
 // so, with its request and stream, until it is freed.
 TYPED_TEST(GraphPools, AllocationInfoKnowsBlocksOfGraphPools) {
@@ -599,6 +626,84 @@ TYPED_TEST(GraphPools, EndingAnExternalCaptureIsIdempotent) {
   resource.deallocate(resource.allocate(4096, s), 4096, s);
   EXPECT_EQ(asked, 0);
   EXPECT_EQ(pool.reserved_bytes(), 0u);
+}
+
+// PyTorch's graph reset and recapture: a graph and its pool's handle go while
+// a block of the pool lives; the next capture (another pool) reads that block
+// and frees it. The old pool's memory may not go back then (freeing device
+// memory would invalidate the capture), and the new graph reads the block at
+// every launch, so it stays until that graph goes.
+TYPED_TEST(GraphPools, ABlockOfAnOldPoolFreedInACaptureStaysUntilThatGraphGoes) {
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
+  stream s{this->dev()};
+  const std::size_t n = 40'000 + rng()() % 4096;
+  pinned input{this->dev(), n}, output{this->dev(), n};
+  const bytes_t contents = random_bytes(n);
+  input.write(contents);
+  void* kept = nullptr;
+  {
+    graph_pool first_pool;
+    begin_capture(s, first_pool);
+    kept = resource->allocate(n, s);
+    (void)copy_async(kept, input.data(), n, s);
+    graph first = end_capture(s);
+    first.launch(s);
+    s.synchronize();
+  }
+  ASSERT_EQ(upstream.live.load(), 1) << "the old pool's block lives on after its graph and handle";
+  begin_capture(s);
+  void* fresh = resource->allocate(n, s);
+  (void)copy_async(fresh, kept, n, s);
+  resource->deallocate(kept, n, s);  // the old pool's last block
+  EXPECT_EQ(upstream.live.load(), 2) << "the old pool's memory went back during a capture";
+  (void)copy_async(output.data(), fresh, n, s);
+  resource->deallocate(fresh, n, s);
+  std::optional<graph> second{end_capture(s)};
+  EXPECT_EQ(upstream.live.load(), 2) << "the graph reads the old block: its pool stays while the graph lives";
+  for (int round = 0; round < 2; ++round) {
+    output.write(random_bytes(n));
+    second->launch(s);
+    s.synchronize();
+    ASSERT_EQ(output.read(), contents) << "launch " << round;
+  }
+  second.reset();
+  EXPECT_EQ(upstream.live.load(), 0) << "both pools go with the last graph";
+  resource.reset();
+}
+
+// A graph destroyed while another stream is being captured: its pool's
+// memory goes back once that capture has ended, not during it.
+TYPED_TEST(GraphPools, AGraphDestroyedDuringAnotherCaptureGivesItsMemoryBackAfterIt) {
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
+  stream s{this->dev()}, other{this->dev()};
+  const std::size_t n = 30'000 + rng()() % 4096;
+  pinned input{this->dev(), n}, output{this->dev(), n};
+  const bytes_t contents = random_bytes(n);
+  input.write(contents);
+  begin_capture(s);
+  void* a = resource->allocate(n, s);
+  (void)copy_async(a, input.data(), n, s);
+  resource->deallocate(a, n, s);
+  std::optional<graph> first{end_capture(s)};
+  ASSERT_EQ(upstream.live.load(), 1);
+  begin_capture(other);
+  void* b = resource->allocate(n, other);
+  (void)copy_async(b, input.data(), n, other);
+  (void)copy_async(output.data(), b, n, other);
+  first.reset();  // during the capture of `other`
+  EXPECT_EQ(upstream.live.load(), 2) << "a pool's memory went back during a capture";
+  resource->deallocate(b, n, other);
+  std::optional<graph> second{end_capture(other)};
+  EXPECT_EQ(upstream.live.load(), 1) << "the destroyed graph's memory is back once the capture has ended";
+  output.write(random_bytes(n));
+  second->launch(other);
+  other.synchronize();
+  EXPECT_EQ(output.read(), contents);
+  second.reset();
+  EXPECT_EQ(upstream.live.load(), 0);
+  resource.reset();
 }
 
 }  // namespace

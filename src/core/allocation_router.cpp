@@ -139,6 +139,8 @@ void external_capture_ended(std::uint64_t token) noexcept {
     if (!removed) return;
   }
   capture_closed();
+  // The other library ends its capture in the backend before it says so here.
+  release_held_after_captures();
 }
 
 std::optional<capture_info> capture_on(stream_view s) {

@@ -70,6 +70,15 @@ using stream_filter = std::function<bool(stream_handle)>;
                                                    stream_filter covers);
 void external_capture_ended(std::uint64_t token) noexcept;
 
+// Drops `what` now, or, while a capture is open on any device, once none is:
+// giving device memory back (cudaFree, a device synchronisation) during a
+// capture would invalidate it. For a graph_pool or a private pool whose last
+// user goes while a capture runs.
+void release_after_captures(std::shared_ptr<void> what) noexcept;
+// Drops what release_after_captures kept, if no capture is open now: called
+// once a capture has ended in the backend (end_capture, PyTorch's endAllocateToPool).
+void release_held_after_captures() noexcept;
+
 // The capture syncmem::begin_capture opened on `s`, or an external capture
 // that covers `s`, if any.
 [[nodiscard]] std::optional<capture_info> capture_on(stream_view s);

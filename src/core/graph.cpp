@@ -1,5 +1,6 @@
 #include "syncmem/graph.hpp"
 
+#include <memory>
 #include <utility>
 
 #include <fmt/format.h>
@@ -38,6 +39,13 @@ graph end_capture(stream_view s) {
   // The capture is over even when ending it throws (invalidated); its pool
   // then goes with what it reserved, unless other graphs or handles hold it.
   auto pool = detail::capture_ended(s);
+  // What waited for the captures to end may go once the backend has ended this one.
+  struct when_ended {
+    when_ended() = default;
+    when_ended(const when_ended&) = delete;
+    when_ended& operator=(const when_ended&) = delete;
+    ~when_ended() { detail::release_held_after_captures(); }
+  } release_held;
   const auto handle = detail::require_graphs(backend, "end_capture").end_capture(s.device().index(), s.handle());
   return graph{s.device(), detail::pointer_of<void*>(handle), std::move(pool)};
 }
@@ -84,19 +92,47 @@ void graph::launch(stream_view s) const {
       .launch_graph(device_.index(), detail::handle_of<detail::graph_handle>(handle_), s.handle());
 }
 
+namespace {
+
+// A graph's executable and its pool, destroyed in that order: the pool's
+// memory goes once no launch can use it (see private_pool).
+struct graph_remains {
+  device_id device;
+  void* handle;
+  std::shared_ptr<detail::graph_pool_state> pool;
+  graph_remains(device_id d, void* h, std::shared_ptr<detail::graph_pool_state> p)
+      : device{d}, handle{h}, pool{std::move(p)} {}
+  graph_remains(const graph_remains&) = delete;
+  graph_remains& operator=(const graph_remains&) = delete;
+  ~graph_remains() {
+    try {
+      device_guard guard{device};
+      if (auto* const graphs = detail::backend_for(device).graphs()) {
+        graphs->destroy_graph(device.index(), detail::handle_of<detail::graph_handle>(handle));
+      }
+    } catch (...) {
+      // the device is gone; nothing to release
+      detail::log_ignored("destroying a graph");
+    }
+  }
+};
+
+}  // namespace
+
 void graph::reset() noexcept {
   if (handle_ == nullptr) return;
+  void* const handle = std::exchange(handle_, nullptr);
+  auto pool = std::move(pool_);
+  std::shared_ptr<graph_remains> remains;
   try {
-    device_guard guard{device_};
-    if (auto* const graphs = detail::backend_for(device_).graphs()) {
-      graphs->destroy_graph(device_.index(), detail::handle_of<detail::graph_handle>(handle_));
-    }
+    remains = std::make_shared<graph_remains>(device_, handle, std::move(pool));
   } catch (...) {
-    // the device is gone; nothing to release
-    detail::log_ignored("destroying a graph");
+    graph_remains now{device_, handle, std::move(pool)};  // no memory to defer it: destroyed now
+    return;
   }
-  handle_ = nullptr;
-  pool_.reset();  // after the graph: its memory goes once no launch can use it (see private_pool)
+  // Not while a stream is being captured: CUDA refuses to destroy a graph
+  // then, and freeing the pool's memory would invalidate the capture.
+  detail::release_after_captures(std::move(remains));
 }
 
 }  // namespace syncmem

@@ -77,7 +77,7 @@ memory_resource* caching_resource::upstream() const noexcept { return state_->up
 bool caching_resource::expandable() const noexcept { return state_->growable(); }
 
 void caching_resource::record_stream(void* p, stream_view stream) {
-  if (private_->is_live_block(p)) return;  // a graph's block: reused in capture order, see private_pools.hpp
+  if (private_->record_stream(p, stream.handle())) return;  // a graph's block: see private_pools.hpp
   state_->record_stream(p, stream);
 }
 

@@ -173,7 +173,12 @@ memory_info emulated_backend::memory(int index) {
 
 void emulated_backend::synchronize_device(int index) {
   require_current(index, "synchronize_device (cudaDeviceSynchronize)");
+  refuse_in_any_capture(index, "synchronize_device (cudaDeviceSynchronize)");
   wait_for_device(index);
+}
+
+void emulated_backend::refuse_in_any_capture(int index, const char* operation) {
+  for_each_stream(index, [&](worker_stream& w) { refuse_in_capture(w, operation); });
 }
 
 void emulated_backend::wait_for_device(int index) {
@@ -202,6 +207,12 @@ void emulated_backend::deallocate(int index, void* p, std::size_t) noexcept {
   expect_current(index, "deallocate (cudaFree)");
   // Like cudaFree, wait for the device first: work in flight may use it. An
   // earlier failure is reported by its own synchronize.
+  try {
+    refuse_in_any_capture(index, "deallocate (cudaFree)");
+  } catch (...) {
+    log_ignored("freeing during a capture");  // as cudaFree fails then: the memory stays allocated
+    return;
+  }
   detail::ignore_failure("synchronizing an emulated device before a free", [&] { wait_for_device(index); });
   auto removed = remove_allocation(p);
   if (!removed) {

@@ -158,6 +158,10 @@ class emulated_backend final : public backend {
   // The same for a noexcept path: logs the fault and counts it (see
   // current_device_faults in src/backend/emulated/emulated_backend.cpp).
   static void expect_current(int index, const char* operation) noexcept;
+  // What CUDA forbids device-wide while a stream of the device is being
+  // captured (cudaDeviceSynchronize, cudaFree, cudaGraphExecDestroy):
+  // refused, and the captures are invalidated.
+  void refuse_in_any_capture(int index, const char* operation);
 
  private:
   // Calls `f` on every stream of the device, the default stream last, outside the lock.

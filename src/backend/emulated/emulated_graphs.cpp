@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backend/emulated/emulated_backend.hpp"
+#include "core/ignored_failure.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail::emulated {
@@ -46,7 +47,15 @@ void emulated_graphs::launch_graph(int index, graph_handle graph, stream_handle 
 }
 
 // The operations queued by earlier launches hold copies of what they need.
-void emulated_graphs::destroy_graph(int, graph_handle graph) noexcept { delete graph_of(graph); }
+void emulated_graphs::destroy_graph(int index, graph_handle graph) noexcept {
+  try {
+    backend_.refuse_in_any_capture(index, "destroy_graph (cudaGraphExecDestroy)");
+  } catch (...) {
+    log_ignored("destroying a graph");  // not destroyed, as CUDA leaves it
+    return;
+  }
+  delete graph_of(graph);
+}
 
 void emulated_graphs::capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) {
   // Released when the graph and the copies queued by its launches are gone,

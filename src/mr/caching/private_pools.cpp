@@ -120,8 +120,16 @@ void private_pool::deallocate(void* p, stream_handle s, std::uint64_t capture) n
   // Reusable at once by the capture that allocated it only where that capture
   // freed it, on the stream that will allocate; by any later capture always.
   it->second.freed_in = it->second.allocated_in;
-  it->second.freed_on = capture == it->second.allocated_in ? s : stream_handle{};
+  const bool same_capture = capture == it->second.allocated_in && !it->second.used_elsewhere;
+  it->second.freed_on = same_capture ? s : stream_handle{};
+  it->second.used_elsewhere = false;
   usage_->allocated.fetch_sub(it->second.size);
+}
+
+void private_pool::used_on(void* p, stream_handle s) {
+  std::lock_guard lock{mutex_};
+  const auto it = blocks_.find(p);
+  if (it != blocks_.end() && !it->second.free && it->second.stream != s) it->second.used_elsewhere = true;
 }
 
 std::optional<live_allocation> private_pool::info(const void* p) {
@@ -169,6 +177,7 @@ graph_pool_restored private_pool::restore(const graph_pool_checkpoint& c) {
   for (const graph_pool_block& x : c.live) {
     block& b = blocks_.at(x.ptr);
     b.free = false;
+    b.used_elsewhere = false;
     b.allocated_in = 0;
     b.requested = x.allocation.requested_bytes;
     b.stream = x.allocation.stream.handle();
@@ -222,7 +231,13 @@ bool private_pools::deallocate(void* p, std::size_t bytes, stream_view s) noexce
       if (pool) {
         const auto capture = syncmem::detail::capture_on(s);
         pool->deallocate(p, s.handle(), capture ? capture->number : 0);
-        return true;  // the pool goes here if its graphs are gone
+        // Freed while a capture into another pool runs (PyTorch's graph reset
+        // and recapture): that graph may use the block at every launch, so its
+        // pool keeps this one, as it keeps ordinary blocks freed in it.
+        if (capture && capture->pool->id != pool->pool_id()) capture->pool->hold(pool);
+        // The pool goes here if its graphs are gone, or once no capture runs.
+        syncmem::detail::release_after_captures(std::move(pool));
+        return true;
       }
     }
     if (const auto capture = syncmem::detail::capture_on(s)) {
@@ -236,10 +251,17 @@ bool private_pools::deallocate(void* p, std::size_t bytes, stream_view s) noexce
   return false;
 }
 
-bool private_pools::is_live_block(void* p) {
+bool private_pools::record_stream(void* p, stream_handle s) {
   if (live_count_.load(std::memory_order_acquire) == 0) return false;
-  std::lock_guard lock{mutex_};
-  return live_.contains(p);
+  std::shared_ptr<private_pool> pool;
+  {
+    std::lock_guard lock{mutex_};
+    const auto it = live_.find(p);
+    if (it == live_.end()) return false;
+    pool = it->second;
+  }
+  pool->used_on(p, s);
+  return true;
 }
 
 std::optional<live_allocation> private_pools::info(const void* p) {

@@ -63,8 +63,12 @@ class private_pool {
   // `capture` (0: outside any capture). While the capture that allocated it
   // is open, it is reused only when that capture freed it, and only on `s`.
   void deallocate(void* p, stream_handle s, std::uint64_t capture) noexcept;
+  // Another stream than the one `p` was handed out on uses it (record_stream).
+  void used_on(void* p, stream_handle s);
   // `p` as caching_resource::allocation_info answers; nullopt unless it is a live block here.
   [[nodiscard]] std::optional<live_allocation> info(const void* p);
+  // The graph_pool's number.
+  [[nodiscard]] std::uint64_t pool_id() const noexcept { return pool_id_; }
   // Every block, and those handed out (caching_resource::checkpoint).
   [[nodiscard]] graph_pool_checkpoint checkpoint();
   // Frees every live block, then hands out again those `c` found live
@@ -80,6 +84,7 @@ class private_pool {
     std::uint64_t allocated_in = 0;  // the capture it was last handed to
     std::uint64_t freed_in = 0;      // allocated_in when it was freed
     stream_handle freed_on{};        // the stream that freed it in that capture, or null
+    bool used_elsewhere = false;     // record_stream named another stream while it was handed out
   };
 
   device_id device_;
@@ -111,9 +116,11 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   [[nodiscard]] bool may_take() const noexcept {
     return syncmem::detail::captures_open() || live_count_.load(std::memory_order_acquire) > 0;
   }
-  // Whether `p` is a live block of a private pool (record_stream leaves those
-  // alone: their reuse follows the captures' order, not events).
-  [[nodiscard]] bool is_live_block(void* p);
+  // caching_resource::record_stream of `p` on `s`: false unless `p` is a
+  // live block of a private pool. Such a block's reuse follows the captures'
+  // order, not events; but one that another stream used is not handed out
+  // again by the capture that frees it (that stream may still read it there).
+  bool record_stream(void* p, stream_handle s);
   // `p` as caching_resource::allocation_info answers; nullopt unless it is a live block of a private pool.
   [[nodiscard]] std::optional<live_allocation> info(const void* p);
   // The blocks of graph_pool `pool_id` here (caching_resource::checkpoint).
