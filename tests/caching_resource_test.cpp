@@ -430,6 +430,30 @@ TYPED_TEST(caching_test, AllocationInfoDescribesLiveAllocationsOnly) {
 
 // A block freed into the thread's cache stays in the pointer map; it is no
 // live allocation, from this thread or another, until it is handed out again.
+// The peak after reset_peaks (PyTorch's max_memory_allocated after
+// reset_peak_memory_stats) counts a block that this thread freed into its
+// cache before the reset and got back after it.
+TYPED_TEST(caching_test, APeakAfterAResetCountsABlockFromThisThreadsCache) {
+  auto r = this->make();
+  stream s{this->device_};
+  const std::size_t bytes = 1 + test::rng()() % (64 << 10);
+  void* kept = r->allocate(4096, s);
+  for (int i = 0; i < 3; ++i) r->deallocate(r->allocate(bytes, s), bytes, s);  // a bin, and a block in it
+  r->reset_peaks();
+  const auto at_reset = r->statistics();
+  ASSERT_EQ(at_reset.peak_allocated_bytes, at_reset.allocated_bytes);
+  const auto hits = r->statistics().thread_cache_hits;
+  void* p = r->allocate(bytes, s);
+  const auto during = r->statistics();
+  r->deallocate(p, bytes, s);
+  EXPECT_GT(r->statistics().thread_cache_hits, hits) << "the block came from the thread's cache";
+  const auto after = r->statistics();
+  EXPECT_EQ(after.allocated_bytes, at_reset.allocated_bytes);
+  EXPECT_EQ(after.peak_allocated_bytes, during.allocated_bytes);
+  EXPECT_EQ(after.peak_requested_bytes, at_reset.requested_bytes + bytes);
+  r->deallocate(kept, 4096, s);
+}
+
 TYPED_TEST(caching_test, AllocationInfoIgnoresBlocksInAThreadsCache) {
   auto r = this->make();
   stream s{this->device_};

@@ -28,7 +28,7 @@ TEST(CachingTotals, HandedOutAndTakenBackWithPeaks) {
   EXPECT_EQ(s.deallocations, 1U);
   EXPECT_EQ(s.cache_hits, 1U);
   EXPECT_EQ(s.cache_misses, 1U);
-  totals.reset_peaks(t);
+  totals.reset_peaks(none, nullptr);
   EXPECT_EQ(totals.report(totals.current(none)).peak_allocated_bytes, 1024U);
 }
 

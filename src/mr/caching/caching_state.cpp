@@ -565,7 +565,7 @@ caching_statistics caching_state::statistics() {
 
 void caching_state::reset_peaks() {
   std::lock_guard lock{mutex_};
-  totals_.reset_peaks(totals_.current(caches_));
+  totals_.reset_peaks(caches_, caches_.made_for_this_thread());
   reserved_.reset_peak();
 }
 

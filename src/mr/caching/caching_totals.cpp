@@ -111,7 +111,13 @@ caching_statistics caching_totals::report(const totals& t) const {
   return s;
 }
 
-void caching_totals::reset_peaks(const totals& t) noexcept {
+void caching_totals::reset_peaks(const thread_caches& caches, thread_cache* own) {
+  // This thread's deltas are folded first: its next allocation from its cache
+  // then folds as soon as it rises above the count here, and raises the peak.
+  // (Another thread's delta may still be negative, blocks it freed into its
+  // cache: until it folds, its allocations below that are not seen.)
+  if (own != nullptr) fold(*own);
+  const totals t = current(caches);
   peak_allocated_.store(t.allocated, std::memory_order_relaxed);
   peak_requested_.store(t.requested, std::memory_order_relaxed);
 }

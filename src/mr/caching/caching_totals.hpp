@@ -51,7 +51,8 @@ class caching_totals {
   [[nodiscard]] totals current(const thread_caches& caches) const;
   // What caching_statistics says of handed-out memory and hits.
   [[nodiscard]] caching_statistics report(const totals& t) const;
-  void reset_peaks(const totals& t) noexcept;
+  // Peaks start again from what is handed out now; `own`: the calling thread's cache, or null.
+  void reset_peaks(const thread_caches& caches, thread_cache* own);
 
  private:
   void fold_deltas(thread_cache& tc) noexcept;
