@@ -381,6 +381,11 @@ with torch.cuda.graph(g2, pool=pool):
     out2 = second(out1, True)
 captured += [out1.data_ptr(), e_out.data_ptr(), out2.data_ptr()]
 assert torch.cuda.mem_get_info()[0] < free_before - 4 * n * 4, "the graphs reserved nothing"
+# memory_snapshot() shows the graphs' blocks in segments of their pool (segment_pool_id), as PyTorch's does.
+owned = [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot()
+         if tuple(s["segment_pool_id"]) == tuple(pool)]
+for p in captured[-3:]:
+    assert any(a <= p < a + size for a, size in owned), "a graph's block is not in its pool's segments"
 
 for launch in range(20):
     x.normal_(generator=gen)
@@ -504,6 +509,39 @@ def test_calls_on_unknown_graph_pools_raise_naming_the_call():
     checked(run_python(UNKNOWN_POOLS))
 
 
+# torch.cuda.caching_allocator_enable(False): allocations go straight to
+# cudaMalloc and cudaFree, outside syncmem's caches and counts, and work;
+# enabling it again brings syncmem's cache back.
+CACHING_OFF = """
+import sys
+import torch
+import syncmem.torch
+syncmem.torch.enable()
+dev = "cuda"
+torch.ones(1, device=dev)
+values = torch.randn(1 << 20, generator=torch.Generator().manual_seed(int(sys.argv[1])))
+counted = lambda: torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+before = counted()
+torch.cuda.caching_allocator_enable(False)
+try:
+    x = values.to(dev)
+    y = x * 2
+    assert torch.equal(y.cpu(), values * 2)
+    assert counted() == before, "an allocation with the caching off went through syncmem's cache"
+    del x, y
+finally:
+    torch.cuda.caching_allocator_enable(True)
+z = values.to(dev)
+assert counted() > before, "enabling the caching again did not bring syncmem's cache back"
+assert torch.equal(z.cpu(), values)
+print("ok")
+"""
+
+
+def test_turning_the_caching_off_goes_straight_to_cuda():
+    checked(run_python(CACHING_OFF, str(int.from_bytes(os.urandom(4), "little"))))
+
+
 TOO_LATE = """
 import torch
 import syncmem, syncmem.torch
@@ -546,14 +584,7 @@ def child(inbox, outbox):
     del shared, t
 
 
-if __name__ == "__main__":
-    syncmem.torch.enable()
-    torch.ones(1, device="cuda")
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    free_at_start = torch.cuda.mem_get_info()[0]
-    ctx = mp.get_context("spawn")
-    g = torch.Generator().manual_seed(int(sys.argv[1]))
+def share_round(ctx, g):
     values = torch.randn(int(torch.randint(1 << 10, 1 << 20, (1,), generator=g)), generator=g)
     smalls = torch.randn(2, int(torch.randint(1, 4096, (1,), generator=g)), generator=g)
     baseline = torch.cuda.memory_allocated()
@@ -579,6 +610,20 @@ if __name__ == "__main__":
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == baseline, (torch.cuda.memory_allocated(), baseline)
     torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    syncmem.torch.enable()
+    torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+    ctx = mp.get_context("spawn")
+    g = torch.Generator().manual_seed(int(sys.argv[1]))
+    # The first share costs the driver 64 KiB of its own for good (interprocess
+    # events' state, also under PyTorch's allocator): measured after it, so
+    # that what the second share leaves behind is syncmem's.
+    share_round(ctx, g)
+    free_at_start = torch.cuda.mem_get_info()[0]
+    share_round(ctx, g)
     # The driver takes the child's context down after it exits: wait for that, within a minute.
     deadline = time.monotonic() + 60
     while torch.cuda.mem_get_info()[0] != free_at_start and time.monotonic() < deadline:
@@ -603,9 +648,10 @@ def test_torch_multiprocessing_shares_cuda_tensors(tmp_path, conf):
 
 
 # torch.cuda.MemPool: allocations inside use_mem_pool come from the pool (its
-# snapshot holds them, the default pool's does not), on this thread only;
-# use_count follows PyTorch's; the pool's memory goes back once the MemPool
-# and its tensors are gone; use_on_oom lends the pool to allocations that
+# snapshot holds them; the whole snapshot marks them as the pool's), on this
+# thread only; use_count follows PyTorch's; empty_cache leaves a MemPool in
+# use what it cached, and its memory goes back once the MemPool and its
+# tensors are gone; use_on_oom lends the pool to allocations that
 # fail elsewhere; a MemPool with an allocator of its own is refused by name.
 MEM_POOL = """
 import os, subprocess, sys, tempfile, threading
@@ -633,6 +679,7 @@ for no_split in (False, True):
     with torch.cuda.use_mem_pool(pool):
         assert pool.use_count() == 2, pool.use_count()
         inside_pool = [v.to(dev) for v in values]
+        spare = torch.empty(8 << 20, dtype=torch.uint8, device=dev)
         other_thread = []
         t = threading.Thread(target=lambda: other_thread.append(torch.empty(1 << 20, device=dev)))
         t.start(); t.join()
@@ -641,9 +688,20 @@ for no_split in (False, True):
     snap = pool.snapshot()
     assert all(inside(x, snap) for x in inside_pool), "an allocation inside use_mem_pool is not in the pool"
     assert not inside(outside, snap) and not inside(other_thread[0], snap), "allocations outside went to the pool"
-    assert not any(inside(x, torch.cuda.memory_snapshot()) for x in inside_pool)
+    # The whole snapshot shows them too, in segments marked as the pool's, as PyTorch's does.
+    whole = torch.cuda.memory_snapshot()
+    owned = [s for s in whole if tuple(s["segment_pool_id"]) == tuple(pool.id)]
+    assert all(inside(x, owned) for x in inside_pool), "the whole snapshot does not mark the pool's segments"
+    assert not any(inside(x, [s for s in whole if s not in owned]) for x in inside_pool)
     for x, v in zip(inside_pool, values):
         assert torch.equal(x.cpu(), v)
+    # As under PyTorch's allocator, empty_cache leaves a MemPool in use what it cached.
+    spare_at = spare.data_ptr()
+    del spare
+    cached = pool.snapshot()
+    torch.cuda.empty_cache()
+    kept = pool.snapshot() == cached and any(a <= spare_at < a + n for a, n in addresses(cached))
+    assert kept, "empty_cache gave back what a MemPool in use had cached"
     # The MemPool goes first, its tensors after: the memory comes back with the last of them.
     del pool
     for x, v in zip(inside_pool, values):
@@ -652,6 +710,17 @@ for no_split in (False, True):
     torch.cuda.empty_cache()
     left = free_at_start - torch.cuda.mem_get_info()[0]
     assert left <= (2 << 20), f"{left} bytes not given back"
+
+# Nested use_mem_pool: the innermost pool takes the allocations; the outer one again once it ends.
+outer, inner = torch.cuda.MemPool(), torch.cuda.MemPool()
+with torch.cuda.use_mem_pool(outer):
+    a = torch.empty(1 << 20, device=dev)
+    with torch.cuda.use_mem_pool(inner):
+        b = torch.empty(1 << 20, device=dev)
+    c = torch.empty(1 << 20, device=dev)
+assert inside(a, outer.snapshot()) and inside(c, outer.snapshot()) and inside(b, inner.snapshot())
+assert not inside(b, outer.snapshot()) and not inside(a, inner.snapshot()) and not inside(c, inner.snapshot())
+del a, b, c, outer, inner
 
 # use_on_oom: under a limit, an allocation the default pool cannot serve takes the pool's free memory.
 pool = torch.cuda.MemPool(use_on_oom=True)
@@ -766,6 +835,58 @@ def test_memory_history_records_allocations_frees_segments_and_stacks(layout):
     env = {"SYNCMEM_ALLOC_CONF": "expandable:0"} if layout == "plain" else {}
     out = checked(run_python(HISTORY, seed, layout, env=env))
     assert out.stdout.strip().endswith("ok"), out.stdout
+
+
+# The context levels of _record_memory_history, as PyTorch's allocator keeps
+# them: every entry is recorded at every level; stacks of allocations are in
+# the trace from "alloc" on, of frees and of what empty_cache gives back at
+# "all"; a live block keeps its stack from "state" on; and every entry carries
+# the metadata of _set_memory_metadata.
+HISTORY_LEVELS = """
+import json, sys
+import torch
+import syncmem.torch
+syncmem.torch.enable()
+dev = "cuda"
+torch.ones(1, device=dev)
+rows = int(torch.randint(1024, 4096, (1,), generator=torch.Generator().manual_seed(int(sys.argv[1]))))
+for context in ("state", "alloc", "all", None):
+    torch.cuda.empty_cache()
+    torch.cuda.memory._set_memory_metadata(f"levels {context}")
+    torch.cuda.memory._record_memory_history("all", context=context)
+    held = []
+
+    def thealloc():
+        return torch.rand(rows, 1024, device=dev)  # large: its pages or segment go at empty_cache
+
+    def thefree():
+        held.pop()
+
+    x = thealloc()
+    held.append(thealloc())
+    thefree()
+    torch.cuda.empty_cache()
+    snap = torch.cuda.memory._snapshot()
+    trace, text = snap["device_traces"][0], json.dumps(snap)
+    assert any(e["action"] == "alloc" and e["size"] >= rows * 4096 for e in trace), context
+    assert ("thealloc" in json.dumps(trace)) == (context in ("alloc", "all")), context
+    assert ("thefree" in text) == (context == "all"), context
+    assert ("empty_cache" in text) == (context == "all"), context
+    live = [b.get("frames", []) for seg in snap["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"]
+    assert any(f["name"] == "thealloc" for frames in live for f in frames) == (context is not None), context
+    assert all(e["user_metadata"] == f"levels {context}" for e in trace), context
+    torch.cuda.memory._record_memory_history(None)
+    del x
+torch.cuda.memory._set_memory_metadata("")
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("layout", ["growable", "plain"])
+def test_memory_history_levels_metadata_and_the_stacks_of_frees_and_empty_cache(layout):
+    seed = str(int.from_bytes(os.urandom(4), "little"))
+    env = {"SYNCMEM_ALLOC_CONF": "expandable:0"} if layout == "plain" else {}
+    checked(run_python(HISTORY_LEVELS, seed, env=env))
 
 
 def test_enable_after_cuda_was_used_raises():

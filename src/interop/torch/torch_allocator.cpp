@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <iomanip>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,7 +19,10 @@
 #include "syncmem/cuda/interop.hpp"
 #include "syncmem/device.hpp"
 #include "syncmem/error.hpp"
+#include "syncmem/ipc.hpp"
 #include "syncmem/mr/per_device_resource.hpp"
+#include "torch_snapshot.hpp"
+#include "torch_uncached.hpp"
 
 namespace syncmem::interop {
 
@@ -127,11 +131,38 @@ std::vector<c10::DeviceIndex> torch_allocator::used_devices() const {
   return used;
 }
 
+namespace {
+
+// Sizes as PyTorch's out-of-memory message writes them ("800000000.00 GiB").
+std::string torch_size(std::size_t bytes) {
+  constexpr double kib = 1024.0;
+  const auto b = static_cast<double>(bytes);
+  if (bytes <= 1024) return std::to_string(bytes) + " bytes";
+  if (bytes <= (std::size_t{1} << 20)) return c10::str(std::fixed, std::setprecision(2), b / kib, " KiB");
+  if (bytes <= (std::size_t{1} << 30)) return c10::str(std::fixed, std::setprecision(2), b / kib / kib, " MiB");
+  return c10::str(std::fixed, std::setprecision(2), b / kib / kib / kib, " GiB");
+}
+
+}  // namespace
+
 void* torch_allocator::allocate_on(c10::DeviceIndex device, std::size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return nullptr;
+  if (C10_UNLIKELY(!caching_enabled_.load(std::memory_order_relaxed))) {
+    void* p = uncached_.allocate(device, bytes);
+    TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr, "CUDA out of memory. Tried to allocate ", torch_size(bytes),
+                     " on GPU ", static_cast<int>(device), " with the caching allocator turned off (syncmem.torch)");
+    return p;
+  }
+  // As PyTorch's allocator refuses it, before any arithmetic on the size can overflow.
+  constexpr std::size_t one_exabyte = std::size_t{1} << 60;
+  TORCH_CHECK_WITH(OutOfMemoryError, bytes < one_exabyte,
+                   "CUDA out of memory. Tried to allocate more than 1EB memory.");
   mr::caching_resource& resource = caching(device);
+  // Gathered before the allocation: a segment it maps or allocates carries it too.
+  torch_history::context ctx = history_.enabled() ? history_.gather(alloc::RecordContext::STATE) : nullptr;
   void* p = nullptr;
   try {
+    const torch_history::segment_cause cause{ctx};
     p = resource.allocate(bytes, cuda::make_stream_view(stream, device));
   } catch (const syncmem::out_of_memory& e) {
     std::vector<alloc::OutOfMemoryObserver> observers;
@@ -144,18 +175,36 @@ void* torch_allocator::allocate_on(c10::DeviceIndex device, std::size_t bytes, c
     for (auto& observer : observers) {
       observer(device, info.in_use.value_or(0), info.device_total.value_or(0), info.device_free.value_or(0));
     }
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (syncmem): ", e.what());
+    // PyTorch's words first (programs and PyTorch's tests match them), then syncmem's account.
+    const std::size_t total = info.device_total.value_or(0);
+    const std::size_t in_use = info.in_use.value_or(0);
+    const std::size_t reserved = std::max(info.reserved.value_or(in_use), in_use);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", torch_size(bytes), ". GPU ",
+                     static_cast<int>(device), " has a total capacity of ", torch_size(total), " of which ",
+                     torch_size(info.device_free.value_or(0)), " is free. Of the allocated memory ", torch_size(in_use),
+                     " is allocated by PyTorch (syncmem.torch), and ", torch_size(reserved - in_use),
+                     " is reserved by PyTorch but unallocated. ", e.what());
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "syncmem.torch: allocating ", bytes, " bytes on cuda:", static_cast<int>(device),
                 " failed: ", e.what());
   }
   per_device& d = slot(device);
   raise_max(d.peak_live, d.live.fetch_add(1, std::memory_order_relaxed) + 1);
-  if (history_.enabled()) {
+  if (history_.enabled() || C10_UNLIKELY(c10::memoryProfilingEnabled())) {
     const auto a = resource.allocation_info(p);
-    history_.on_alloc(device, p, a ? a->block_bytes : bytes, stream);
+    const std::size_t block = a ? a->block_bytes : bytes;
+    history_.on_alloc(device, p, block, stream, std::move(ctx));
+    report_to_profiler(device, p, static_cast<std::int64_t>(block));
   }
   return p;
+}
+
+// torch.profiler's memory events (profile_memory=True), as PyTorch's allocator reports them.
+void torch_allocator::report_to_profiler(c10::DeviceIndex device, void* p, std::int64_t bytes) {
+  if (!c10::memoryProfilingEnabled()) return;
+  const mr::caching_statistics s = caching(device).statistics();
+  c10::reportMemoryUsageToProfiler(p, bytes, s.allocated_bytes, s.reserved_bytes,
+                                   c10::Device{c10::DeviceType::CUDA, device});
 }
 
 // The device's resource that knows `p` frees it, with the size and stream it
@@ -171,16 +220,26 @@ void torch_allocator::release(void* p) noexcept {
     const std::optional<mr::live_allocation> a = resource->allocation_info(p);
     if (!a) continue;
     d.live.fetch_sub(1, std::memory_order_relaxed);
-    if (history_.enabled()) {
+    const auto device = static_cast<c10::DeviceIndex>(i);
+    if (history_.enabled() || C10_UNLIKELY(c10::memoryProfilingEnabled())) {
       try {
-        history_.on_free(static_cast<c10::DeviceIndex>(i), p, a->block_bytes, a->stream.native_handle());
+        history_.on_free(device, p, a->block_bytes, a->stream.native_handle(),
+                         history_.gather(alloc::RecordContext::ALL));
       } catch (...) {  // NOLINT(bugprone-empty-catch): a free goes on without its history entry
       }
+      resource->deallocate(p, a->requested_bytes, a->stream);
+      try {
+        report_to_profiler(device, p, -static_cast<std::int64_t>(a->block_bytes));
+      } catch (...) {  // NOLINT(bugprone-empty-catch): nor without the profiler's
+      }
+      return;
     }
     resource->deallocate(p, a->requested_bytes, a->stream);
     return;
   }
-  // not ours: raw_delete of a pointer syncmem never handed out, or freed already
+  // Not a block of syncmem's: cudaMalloc'd while caching was off, or not ours
+  // (raw_delete of a pointer syncmem never handed out, or freed already).
+  (void)uncached_.release(p);
 }
 
 void torch_allocator::free_block(void* p) {
@@ -203,9 +262,15 @@ bool torch_allocator::initialized() { return true; }
 
 void torch_allocator::emptyCache(c10::MempoolId_t mempool_id) {
   if (mempool_id != c10::MempoolId_t{0, 0}) {
-    if (!mem_pools_.empty_cache(mempool_id)) not_supported("emptying a CUDA graph's pool (emptyCache(mempool_id))");
+    // A CUDA graph's pool gives its memory back by itself once its graphs and
+    // blocks are gone; while they live there is nothing to give, as in PyTorch's.
+    (void)mem_pools_.empty_cache(mempool_id);
     return;
   }
+  // The segments given back carry the stack of this call, as PyTorch's do.
+  const torch_history::segment_cause cause{history_.gather(alloc::RecordContext::ALL)};
+  // Blocks that importers in other processes have let go of come back to the cache first.
+  (void)syncmem::ipc::collect();
   for (c10::DeviceIndex device : used_devices()) caching(device).empty_cache();
   mem_pools_.empty_all();
 }
@@ -281,8 +346,9 @@ double torch_allocator::getMemoryFraction(c10::DeviceIndex device) {
 }
 
 void torch_allocator::setMemoryFraction(double fraction, c10::DeviceIndex device) {
-  TORCH_CHECK(fraction > 0.0 && fraction <= 1.0, "syncmem.torch: set_per_process_memory_fraction: fraction ", fraction,
-              " is outside (0, 1]");
+  // As PyTorch's: 0 is allowed, and then every allocation fails.
+  TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "syncmem.torch: set_per_process_memory_fraction: fraction ", fraction,
+              " is outside [0, 1]");
   const std::size_t total = get_memory_info(device_id::cuda(device)).total;
   caching(device).set_limit(
       fraction >= 1.0 ? std::nullopt
@@ -296,11 +362,8 @@ std::vector<alloc::StreamSegmentSize> torch_allocator::getExpandableSegmentSizes
   not_supported("getExpandableSegmentSizes (expandable segments of CUDA graph pools)");
 }
 
-void torch_allocator::enable(bool value) {
-  if (!value) not_supported("disabling the allocator (torch.cuda.memory._set_allocator_settings / enable(False))");
-}
-
-bool torch_allocator::isEnabled() const { return true; }
+void torch_allocator::enable(bool value) { caching_enabled_.store(value); }
+bool torch_allocator::isEnabled() const { return caching_enabled_.load(); }
 
 // PyTorch's cuDNN convolutions drop every plan whose workspace is larger than
 // this answer, so it is what could be allocated now, as PyTorch's allocator
@@ -336,50 +399,27 @@ void torch_allocator::recordStream(const c10::DataPtr& p, c10::cuda::CUDAStream 
   }
 }
 
-namespace {
-
-void append_segments(alloc::SnapshotInfo& info, c10::DeviceIndex device, const mr::allocator_snapshot& snap,
-                     torch_history& history) {
-  for (const auto& seg : snap.segments) {
-    c10::CachingDeviceAllocator::SegmentInfo out;
-    out.device = device;
-    out.address = seg.address;
-    out.total_size = seg.size;
-    out.stream = seg.stream ? seg.stream->native_handle() : nullptr;
-    out.is_large = seg.pool != mr::segment_pool::small;
-    out.is_expandable = seg.pool == mr::segment_pool::expandable;
-    for (const auto& blk : seg.blocks) {
-      c10::CachingDeviceAllocator::BlockInfo b;
-      b.size = blk.size;
-      b.requested_size = blk.requested;
-      b.allocated = blk.state == mr::block_state::allocated;
-      if (b.allocated && history.enabled()) b.context_when_allocated = history.context_of(seg.address + blk.offset);
-      b.active = blk.state != mr::block_state::free;
-      if (b.allocated) out.allocated_size += blk.size;
-      if (b.active) out.active_size += blk.size;
-      out.requested_size += blk.requested;
-      out.blocks.push_back(std::move(b));
-    }
-    info.segments.push_back(std::move(out));
-  }
-}
-
-}  // namespace
-
-alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool /*include_traces*/) {
+alloc::SnapshotInfo torch_allocator::snapshot(c10::MempoolId_t mempool_id, bool include_traces) {
   alloc::SnapshotInfo info;
-  if (mempool_id != c10::MempoolId_t{0, 0}) {
-    // A MemPool's own segments; other pools' are not kept apart.
-    auto pools = mem_pools_.snapshot(mempool_id);
-    if (!pools) not_supported("the snapshot of a CUDA graph's pool (memory_snapshot(mempool_id))");
-    for (const auto& [device, snap] : *pools) append_segments(info, device, snap, history_);
-  } else {
-    for (c10::DeviceIndex device : used_devices()) {
-      append_segments(info, device, caching(device).snapshot(), history_);
+  // As PyTorch's: the trace is taken first, and this snapshot's own entry is
+  // in the next one's.
+  if (include_traces) {
+    info.device_traces = history_.traces(device_count_.load());
+    history_.on_snapshot();
+  }
+  const bool whole = mempool_id == c10::MempoolId_t{0, 0};
+  if (whole) {
+    for (c10::DeviceIndex device : used_devices()) append_segments(info, device, caching(device).snapshot(), history_);
+    for (const auto& [device, id, snap] : mem_pools_.snapshot_all()) append_segments(info, device, snap, history_, id);
+  } else if (auto pools = mem_pools_.snapshot(mempool_id)) {
+    for (const auto& [device, snap] : *pools) append_segments(info, device, snap, history_, mempool_id);
+  }
+  // CUDA graph pools (PyTorch's private pools): in the whole snapshot and in their own.
+  for (c10::DeviceIndex device : used_devices()) {
+    for (const auto& [id, pool] : graph_pools_.pools(device)) {
+      if (whole || id == mempool_id) append_graph_pool(info, device, id, caching(device).checkpoint(pool), history_);
     }
   }
-  history_.on_snapshot();
-  info.device_traces = history_.traces(device_count_.load());
   // The options in force: the first device's (each device's are the same
   // unless syncmem made one before enable()).
   const std::vector<c10::DeviceIndex> used = used_devices();
@@ -469,6 +509,8 @@ std::pair<std::size_t, bool> torch_allocator::block_of(void* p) {
 std::shared_ptr<void> torch_allocator::getIpcDevPtr(std::string handle) { return ipc_.open(handle); }
 
 bool torch_allocator::isHistoryEnabled() { return history_.enabled(); }
+void torch_allocator::setUserMetadata(const std::string& metadata) { history_.set_user_metadata(metadata); }
+std::string torch_allocator::getUserMetadata() { return history_.user_metadata(); }
 
 void torch_allocator::recordHistory(bool enabled, alloc::CreateContextFn context_recorder,
                                     std::size_t alloc_trace_max_entries, alloc::RecordContext when, bool clear_history,
@@ -519,11 +561,13 @@ alloc::CheckpointDelta torch_allocator::setCheckpointPoolState(c10::DeviceIndex 
   d.live.fetch_sub(static_cast<std::int64_t>(restored.freed.size()), std::memory_order_relaxed);
   raise_max(d.peak_live, d.live.fetch_add(allocated, std::memory_order_relaxed) + allocated);
   if (history_.enabled()) {
+    const torch_history::context freed = history_.gather(alloc::RecordContext::ALL);
     for (const auto& b : restored.freed) {
-      history_.on_free(device, b.ptr, b.allocation.block_bytes, b.allocation.stream.native_handle());
+      history_.on_free(device, b.ptr, b.allocation.block_bytes, b.allocation.stream.native_handle(), freed);
     }
+    const torch_history::context allocated = history_.gather(alloc::RecordContext::STATE);
     for (const auto& b : restored.allocated) {
-      history_.on_alloc(device, b.ptr, b.allocation.block_bytes, b.allocation.stream.native_handle());
+      history_.on_alloc(device, b.ptr, b.allocation.block_bytes, b.allocation.stream.native_handle(), allocated);
     }
   }
   alloc::CheckpointDelta delta;

@@ -25,6 +25,7 @@
 #include "torch_history.hpp"
 #include "torch_ipc.hpp"
 #include "torch_mem_pools.hpp"
+#include "torch_uncached.hpp"
 
 namespace syncmem::interop {
 
@@ -119,6 +120,8 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   c10::cuda::CUDACachingAllocator::ShareableHandle shareIpcHandle(void* p) override;
   std::shared_ptr<void> getIpcDevPtr(std::string handle) override;
   bool isHistoryEnabled() override;
+  void setUserMetadata(const std::string& metadata) override;
+  std::string getUserMetadata() override;
   void recordHistory(bool enabled, c10::cuda::CUDACachingAllocator::CreateContextFn context_recorder,
                      std::size_t alloc_trace_max_entries, c10::cuda::CUDACachingAllocator::RecordContext when,
                      bool clear_history, const std::vector<std::string>& skip_actions) override;
@@ -134,6 +137,8 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   std::string name() override;
 
  private:
+  // A block of `bytes` (negative: freed) to torch.profiler, when it profiles memory.
+  void report_to_profiler(c10::DeviceIndex device, void* p, std::int64_t bytes);
   // What syncmem's statistics do not count: the allocation count's peak.
   // PyTorch gives a deleter only the pointer: the size and stream that
   // caching_resource wants back come from its allocation_info.
@@ -169,6 +174,10 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   torch_ipc ipc_;
   torch_history history_;
   torch_mem_pools mem_pools_{[this](c10::DeviceIndex device) { return caching(device).options(); }};
+  // torch.cuda.caching_allocator_enable(False): allocations then go straight
+  // to cudaMalloc and back to cudaFree, outside syncmem's caches and counts.
+  std::atomic<bool> caching_enabled_{true};
+  torch_uncached uncached_;
 };
 
 }  // namespace syncmem::interop

@@ -49,13 +49,17 @@ void torch_graph_pools::end(c10::DeviceIndex device, c10::MempoolId_t id) {
 
 void torch_graph_pools::release(c10::DeviceIndex device, c10::MempoolId_t id) {
   graph_pool dropped;  // released after the lock: freeing a pool's segments waits for the device
-  std::lock_guard lock{mutex_};
-  const auto it = pools_.find({device, id});
-  if (it == pools_.end()) return;  // as PyTorch's: releasing a pool nothing used is harmless
-  if (--it->second.uses > 0) return;
-  if (it->second.capture != 0) syncmem::detail::external_capture_ended(it->second.capture);
-  dropped = std::move(it->second.pool);
-  pools_.erase(it);
+  {
+    std::lock_guard lock{mutex_};
+    const auto it = pools_.find({device, id});
+    if (it == pools_.end()) return;  // as PyTorch's: releasing a pool nothing used is harmless
+    if (--it->second.uses > 0) return;
+    if (it->second.capture != 0) syncmem::detail::external_capture_ended(it->second.capture);
+    dropped = std::move(it->second.pool);
+    pools_.erase(it);
+  }
+  // Not during another capture (a graph tree releases pools while it records the next graph).
+  syncmem::detail::release_after_captures(syncmem::detail::graph_pool_access::state(dropped));
 }
 
 int torch_graph_pools::use_count(c10::DeviceIndex device, c10::MempoolId_t id) {
@@ -67,6 +71,15 @@ int torch_graph_pools::use_count(c10::DeviceIndex device, c10::MempoolId_t id) {
 bool torch_graph_pools::contains(c10::DeviceIndex device, c10::MempoolId_t id) {
   std::lock_guard lock{mutex_};
   return pools_.count({device, id}) != 0;
+}
+
+std::vector<std::pair<c10::MempoolId_t, graph_pool>> torch_graph_pools::pools(c10::DeviceIndex device) {
+  std::lock_guard lock{mutex_};
+  std::vector<std::pair<c10::MempoolId_t, graph_pool>> out;
+  for (const auto& [k, u] : pools_) {
+    if (k.first == device) out.emplace_back(k.second, u.pool);
+  }
+  return out;
 }
 
 graph_pool torch_graph_pools::pool_of(c10::DeviceIndex device, c10::MempoolId_t id, const char* what) {

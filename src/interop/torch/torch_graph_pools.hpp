@@ -15,6 +15,7 @@
 #include <mutex>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "syncmem/graph_pool.hpp"
 #include "syncmem/mr/caching_resource.hpp"
@@ -30,6 +31,8 @@ class torch_graph_pools {
   [[nodiscard]] int use_count(c10::DeviceIndex device, c10::MempoolId_t id);
   [[nodiscard]] bool contains(c10::DeviceIndex device, c10::MempoolId_t id);
 
+  // The pools of `device`, by id (for snapshots).
+  [[nodiscard]] std::vector<std::pair<c10::MempoolId_t, graph_pool>> pools(c10::DeviceIndex device);
   // getCheckpointState: which blocks of the pool `resource` holds, and which are live.
   [[nodiscard]] std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> checkpoint(
       mr::caching_resource& resource, c10::DeviceIndex device, c10::MempoolId_t id);

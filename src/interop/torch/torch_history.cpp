@@ -56,6 +56,36 @@ void torch_history::record(bool enabled, c10::CachingDeviceAllocator::CreateCont
   enabled_.store(enabled, std::memory_order_relaxed);
 }
 
+namespace {
+thread_local torch_history::context segment_cause_now;  // see torch_history::segment_cause
+}  // namespace
+
+torch_history::segment_cause::segment_cause(context ctx)
+    : previous_{std::exchange(segment_cause_now, std::move(ctx))} {}
+torch_history::segment_cause::~segment_cause() { segment_cause_now = std::move(previous_); }
+
+torch_history::context torch_history::gather(RecordContext level) {
+  if (!enabled()) return nullptr;
+  std::unique_lock lock{mutex_};
+  const auto recorder = recorder_;
+  const bool wanted = recorder != nullptr && when_ >= level;
+  lock.unlock();
+  return wanted ? recorder() : nullptr;
+}
+
+void torch_history::set_user_metadata(const std::string& metadata) {
+  std::lock_guard lock{mutex_};
+  user_metadata_ = metadata;
+}
+
+std::string torch_history::user_metadata() const {
+  std::lock_guard lock{mutex_};
+  return user_metadata_;
+}
+
+// Every entry is kept while recording is on, whatever the context level; as
+// in PyTorch's allocator, an entry carries its stack only from level ALLOC
+// (at STATE, stacks are kept for the live blocks alone).
 void torch_history::add(c10::DeviceIndex device, trace_entry::Action action, std::size_t addr, std::size_t size,
                         void* stream, context ctx) {
   if (skip_[static_cast<std::size_t>(action)]) return;
@@ -64,45 +94,32 @@ void torch_history::add(c10::DeviceIndex device, trace_entry::Action action, std
   auto& trace = traces_[d];
   if (trace.size() == max_entries_) trace.pop_front();
   trace.emplace_back(action, device, addr, size, stream, c10::MempoolId_t{0, 0}, c10::getApproximateTime(),
-                     std::move(ctx));
+                     when_ >= RecordContext::ALLOC ? std::move(ctx) : nullptr, std::string{}, user_metadata_);
 }
 
-void torch_history::on_alloc(c10::DeviceIndex device, const void* p, std::size_t size, void* stream) {
+void torch_history::on_alloc(c10::DeviceIndex device, const void* p, std::size_t size, void* stream, context ctx) {
   if (!enabled()) return;
-  // The recorder runs outside the lock: it takes the GIL to read Python's stack.
-  std::unique_lock lock{mutex_};
-  const auto recorder = recorder_;
-  const auto when = when_;
-  lock.unlock();
-  context ctx = (recorder != nullptr && when >= RecordContext::STATE) ? recorder() : nullptr;
-  lock.lock();
+  std::lock_guard lock{mutex_};
   const auto address = reinterpret_cast<std::uintptr_t>(p);
   live_[address] = ctx;
-  if (when >= RecordContext::ALLOC) add(device, trace_entry::ALLOC, address, size, stream, std::move(ctx));
+  add(device, trace_entry::ALLOC, address, size, stream, std::move(ctx));
 }
 
-void torch_history::on_free(c10::DeviceIndex device, const void* p, std::size_t size, void* stream) {
+void torch_history::on_free(c10::DeviceIndex device, const void* p, std::size_t size, void* stream, context ctx) {
   if (!enabled()) return;
-  std::unique_lock lock{mutex_};
-  const auto recorder = recorder_;
-  const auto when = when_;
-  lock.unlock();
-  context ctx = (recorder != nullptr && when >= RecordContext::ALL) ? recorder() : nullptr;
-  lock.lock();
+  std::lock_guard lock{mutex_};
   const auto address = reinterpret_cast<std::uintptr_t>(p);
   live_.erase(address);
-  if (when >= RecordContext::ALLOC) {
-    // syncmem's caching resource orders a free by its stream itself: the
-    // request and its completion are one moment here.
-    add(device, trace_entry::FREE_REQUESTED, address, size, stream, ctx);
-    add(device, trace_entry::FREE_COMPLETED, address, size, stream, std::move(ctx));
-  }
+  // syncmem's caching resource orders a free by its stream itself: the
+  // request and its completion are one moment here.
+  add(device, trace_entry::FREE_REQUESTED, address, size, stream, ctx);
+  add(device, trace_entry::FREE_COMPLETED, address, size, stream, std::move(ctx));
 }
 
 void torch_history::on_oom(c10::DeviceIndex device, std::size_t size, std::size_t device_free, void* stream) {
   if (!enabled()) return;
   std::lock_guard lock{mutex_};
-  if (when_ >= RecordContext::ALLOC) add(device, trace_entry::OOM, device_free, size, stream, nullptr);
+  add(device, trace_entry::OOM, device_free, size, stream, nullptr);
 }
 
 void torch_history::watch(c10::DeviceIndex device, mr::caching_resource& resource) {
@@ -116,8 +133,7 @@ void torch_history::on_segment(c10::DeviceIndex device, trace_entry::Action acti
   if (!enabled()) return;
   try {
     std::lock_guard lock{mutex_};
-    if (when_ >= RecordContext::ALLOC)
-      add(device, action, reinterpret_cast<std::uintptr_t>(at), bytes, nullptr, nullptr);
+    add(device, action, reinterpret_cast<std::uintptr_t>(at), bytes, nullptr, segment_cause_now);
   } catch (...) {  // NOLINT(bugprone-empty-catch): an observer must not throw; the entry is lost, as from a full ring
   }
 }
@@ -125,7 +141,6 @@ void torch_history::on_segment(c10::DeviceIndex device, trace_entry::Action acti
 void torch_history::on_snapshot() {
   if (!enabled()) return;
   std::lock_guard lock{mutex_};
-  if (when_ < RecordContext::ALLOC) return;
   for (std::size_t d = 0; d < traces_.size(); ++d) {
     add(static_cast<c10::DeviceIndex>(d), trace_entry::SNAPSHOT, 0, 0, nullptr, nullptr);
   }

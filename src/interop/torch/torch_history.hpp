@@ -37,16 +37,38 @@ class torch_history {
               c10::CachingDeviceAllocator::RecordContext when, bool clear, const std::vector<std::string>& skip);
   [[nodiscard]] bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
 
-  void on_alloc(c10::DeviceIndex device, const void* p, std::size_t size, void* stream);
-  void on_free(c10::DeviceIndex device, const void* p, std::size_t size, void* stream);
+  // The stack PyTorch's recorder gives when `level` is recorded (STATE for an
+  // allocation, ALL for a free or an empty_cache), else null. It takes the
+  // GIL: called before the allocator's locks.
+  [[nodiscard]] context gather(c10::CachingDeviceAllocator::RecordContext level);
+  // While one lives, the segment events of this thread carry `ctx`, the stack
+  // of the allocation or empty_cache that caused them, as PyTorch's do.
+  class segment_cause {
+   public:
+    explicit segment_cause(context ctx);
+    ~segment_cause();
+    segment_cause(const segment_cause&) = delete;
+    segment_cause& operator=(const segment_cause&) = delete;
+
+   private:
+    context previous_;
+  };
+
+  // `ctx`: what gather gave for the call.
+  void on_alloc(c10::DeviceIndex device, const void* p, std::size_t size, void* stream, context ctx);
+  void on_free(c10::DeviceIndex device, const void* p, std::size_t size, void* stream, context ctx);
+  // torch.cuda.memory._set_memory_metadata: carried by every entry from now on.
+  void set_user_metadata(const std::string& metadata);
+  [[nodiscard]] std::string user_metadata() const;
   // addr_ of an OOM entry is the device's free memory, as PyTorch's.
   void on_oom(c10::DeviceIndex device, std::size_t size, std::size_t device_free, void* stream);
   void on_snapshot();
   // Records the segments of `resource`, the caching resource of `device`, from
   // now on; once per device (later calls do nothing).
   void watch(c10::DeviceIndex device, mr::caching_resource& resource);
-  // A segment event (SEGMENT_ALLOC, _FREE, _MAP, _UNMAP). No stack is gathered:
-  // the resource tells of its segments under its lock, where Python's cannot be read.
+  // A segment event (SEGMENT_ALLOC, _FREE, _MAP, _UNMAP), with the stack of
+  // this thread's segment_cause (the resource tells of its segments under its
+  // lock, where Python's stack cannot be read).
   void on_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes);
 
   // The traces, one per device of `device_count`, with unix times (the
@@ -63,6 +85,7 @@ class torch_history {
   c10::CachingDeviceAllocator::CreateContextFn recorder_ = nullptr;
   c10::CachingDeviceAllocator::RecordContext when_ = c10::CachingDeviceAllocator::RecordContext::NEVER;
   std::size_t max_entries_ = 1;
+  std::string user_metadata_;
   std::vector<bool> skip_;                       // by trace_entry::Action
   std::vector<std::deque<trace_entry>> traces_;  // by device
   std::unordered_map<std::uintptr_t, context> live_;

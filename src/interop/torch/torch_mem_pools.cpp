@@ -187,9 +187,8 @@ bool torch_mem_pools::empty_cache(c10::MempoolId_t id) {
   sweep_retired();
   std::lock_guard lock{mutex_};
   if (ids_seen_.count(id) == 0) return false;
-  for (auto& [k, p] : pools_) {
-    if (k.second == id && p.pool) p.pool->empty_cache();
-  }
+  // As PyTorch's: only a pool whose MemPool is gone gives its cached memory
+  // back; a MemPool in use keeps what it cached.
   for (auto& [k, pool] : retired_) {
     if (k.second == id) pool->empty_cache();
   }
@@ -199,9 +198,6 @@ bool torch_mem_pools::empty_cache(c10::MempoolId_t id) {
 void torch_mem_pools::empty_all() {
   sweep_retired();
   std::lock_guard lock{mutex_};
-  for (auto& [k, p] : pools_) {
-    if (p.pool) p.pool->empty_cache();
-  }
   for (auto& [k, pool] : retired_) pool->empty_cache();
 }
 
@@ -216,6 +212,16 @@ std::optional<std::vector<std::pair<c10::DeviceIndex, mr::allocator_snapshot>>> 
   for (auto& [k, pool] : retired_) {
     if (k.second == id) out.emplace_back(k.first, pool->snapshot());
   }
+  return out;
+}
+
+std::vector<std::tuple<c10::DeviceIndex, c10::MempoolId_t, mr::allocator_snapshot>> torch_mem_pools::snapshot_all() {
+  std::lock_guard lock{mutex_};
+  std::vector<std::tuple<c10::DeviceIndex, c10::MempoolId_t, mr::allocator_snapshot>> out;
+  for (auto& [k, p] : pools_) {
+    if (p.pool) out.emplace_back(k.first, k.second, p.pool->snapshot());
+  }
+  for (auto& [k, pool] : retired_) out.emplace_back(k.first, k.second, pool->snapshot());
   return out;
 }
 

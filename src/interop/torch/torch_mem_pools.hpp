@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "syncmem/graph_pool.hpp"
@@ -52,13 +53,17 @@ class torch_mem_pools {
   bool release(c10::DeviceIndex device, c10::MempoolId_t id);
   [[nodiscard]] std::optional<int> use_count(c10::DeviceIndex device, c10::MempoolId_t id);
   // emptyCache(id): true for a MemPool's id, also one whose pool is gone.
+  // As PyTorch's, only the pools of MemPools that are gone are emptied.
   bool empty_cache(c10::MempoolId_t id);
   // emptyCache of every pool (torch.cuda.empty_cache): the pools of MemPools
-  // gone whose blocks have all been freed are destroyed, the others emptied.
+  // gone are destroyed once their blocks have all been freed, emptied before;
+  // a MemPool in use keeps what it cached, as under PyTorch's allocator.
   void empty_all();
   // The pool's segments, per device, for snapshot(id); nullopt for other ids.
   [[nodiscard]] std::optional<std::vector<std::pair<c10::DeviceIndex, mr::allocator_snapshot>>> snapshot(
       c10::MempoolId_t id);
+  // Every pool's segments, with its device and id (the whole allocator's snapshot).
+  [[nodiscard]] std::vector<std::tuple<c10::DeviceIndex, c10::MempoolId_t, mr::allocator_snapshot>> snapshot_all();
 
  private:
   struct route {
