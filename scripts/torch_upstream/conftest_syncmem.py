@@ -55,6 +55,34 @@ def _compat() -> None:
         _state["compat"].append("common_utils.TEST_CUDAMALLOCASYNC")
 
 
+# Tests that assert PyTorch's own allocator's internals, not behaviour a
+# program depends on: skipped on syncmem, each with the reason in the report.
+NATIVE_INTERNALS = {
+    "TestCudaMallocAsync::test_allocator_backend": (
+        "asserts native internals: the backend PYTORCH_ALLOC_CONF selects in a new interpreter"
+        " ('cudaMallocAsync'); under syncmem.torch it is 'syncmem'"
+    ),
+    "TestCudaMallocAsync::test_allocator_settings": (
+        "asserts native internals: the exact block sizes of PyTorch's roundup_power2_divisions"
+    ),
+    "TestCuda::test_graph_memory_stats_and_use_result_after_destroy_graph": (
+        "asserts native internals: the cudaMalloc counts and bytes of PyTorch's size classes"
+        " (2 MiB small and 20 MiB large buffers) and its small/large pool counters"
+    ),
+    "TestCuda::test_graph_two_successive": (
+        "asserts native internals: reserved bytes saved by sharing a pool equal one 2 MiB"
+        " small buffer (upstream marks the check 'specific to the native allocator')"
+    ),
+    "TestMemPool::test_mempool_no_split": (
+        "asserts native internals: a 4 MiB request takes a 20 MiB segment (kLargeBuffer) that"
+        " the next one splits, unless no_split"
+    ),
+    "TestMemPool::test_nested_mempool": (
+        "asserts native internals: each 20 MiB allocation is a segment of its own; syncmem.torch"
+        " maps a pool's allocations into one contiguous growable range"
+    ),
+}
+
 _enable()
 _compat()
 
@@ -94,6 +122,17 @@ def pytest_configure(config):
         )
     if MODE == "native" and _state["syncmem_enabled"]:
         pytest.exit("torch-upstream-tests: the native run has syncmem's allocator installed", returncode=3)
+
+
+def pytest_collection_modifyitems(config, items):
+    if MODE != "syncmem":
+        return
+    import pytest
+
+    for item in items:
+        for name, reason in NATIVE_INTERNALS.items():
+            if item.nodeid.endswith("::" + name):
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def pytest_report_header(config):
