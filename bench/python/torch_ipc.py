@@ -673,7 +673,10 @@ def drive(args) -> int:
                        "iters": args.iters, "warmup": args.warmup, "seed": args.seed, "ptrace_scope": scope,
                        "device": first.get("device"), "torch": first.get("torch"), "description": description,
                        "metrics": {f"{m}_us": METRIC_NAMES[m] for m in (*METRICS, "pickle")}}, f, indent=1)
-    return 0
+    # A mode or size that failed is in the table; the exit status says so too.
+    failed = any("error" in r or any("error" in x for x in r.get("sizes", {}).values()) for rs in runs.values()
+                 for r in rs)
+    return 1 if failed else 0
 
 
 def main() -> int:

@@ -342,7 +342,8 @@ def drive(args) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"summary": summary, "runs": runs, "processes": args.processes, "steps": args.steps,
                        "warmup": args.warmup, "seed": args.seed}, f, indent=1)
-    return 0
+    # A worker that failed is in the table; the exit status says so too.
+    return 1 if any("error" in r for ms in runs.values() for rs in ms.values() for r in rs) else 0
 
 
 def record(args) -> int:
