@@ -429,6 +429,52 @@ TYPED_TEST(GraphPools, AForkedStreamAllocatesFromTheCapturesPool) {
   }
 }
 
+// On CUDA a block that a forked stream used (record_stream) is not reused in
+// the capture that freed it until the graph orders the allocating stream
+// after that stream's work (the streams joined); then it is, as PyTorch's
+// graph_capture_record_stream_reuse does. Every launch checks every byte.
+TYPED_TEST(GraphPools, ABlockAForkedStreamUsedIsReusedOnceTheStreamsJoin) {
+  if (!this->is_cuda()) GTEST_SKIP() << "emulated captures do not fork to other streams";
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, side{this->dev()};
+  const std::size_t n = 4096 + rng()() % 65536;
+  pinned input{this->dev(), n}, output{this->dev(), n};
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* a = resource.allocate(n, s);
+  (void)copy_async(a, input.data(), n, s);
+  event forked{this->dev()};
+  forked.record(s);
+  side.wait(forked);
+  void* b = resource.allocate(n, side);
+  (void)copy_async(b, a, n, side);
+  device_add_bytes(side, b, n, 3);
+  resource.record_stream(a, side);
+  resource.deallocate(a, n, s);
+  void* before_join = resource.allocate(n, s);
+  EXPECT_NE(before_join, a) << "reused while the forked stream may still read it";
+  event joined{this->dev()};
+  joined.record(side);
+  s.wait(joined);
+  void* after_join = resource.allocate(n, s);
+  EXPECT_EQ(after_join, a) << "the streams joined: the graph orders the forked stream's reads first";
+  (void)copy_async(after_join, b, n, s);
+  device_add_bytes(s, after_join, n, 5);
+  (void)copy_async(output.data(), after_join, n, s);
+  for (void* p : {b, before_join, after_join}) resource.deallocate(p, n, s);
+  graph g = end_capture(s);
+  for (int round = 0; round < 10; ++round) {
+    const bytes_t x = random_bytes(n);
+    input.write(x);
+    g.launch(s);
+    s.synchronize();
+    const bytes_t out = output.read();
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], static_cast<std::uint8_t>(x[i] + 8)) << "round " << round << ", byte " << i;
+    }
+  }
+}
+
 // A block cached for a stream that is being captured is not handed to
 // another stream meanwhile: ordering that stream after the captured one
 // would record an event into the capture and pull the other stream into it.

@@ -3,6 +3,9 @@
 // Stream capture into graphs, a capability a backend may offer: see
 // backend::graphs() and include/syncmem/graph.hpp.
 
+#include <optional>
+#include <vector>
+
 #include "backend/handles.hpp"
 
 namespace syncmem::detail {
@@ -35,6 +38,19 @@ class graph_capability {
   // the same for every stream a capture has forked to), or 0 when `s` is not
   // being captured or the backend cannot fork captures.
   [[nodiscard]] virtual unsigned long long capture_sequence(int index, stream_handle s) = 0;
+  // The nodes that work enqueued next on `s` would depend on in its capture
+  // (cudaStreamGetCaptureInfo's dependencies), or nullopt when `s` is not
+  // being captured or the backend cannot fork captures (the base class).
+  [[nodiscard]] virtual std::optional<std::vector<capture_node>> capture_frontier(int /*index*/, stream_handle /*s*/) {
+    return std::nullopt;
+  }
+  // Whether work enqueued next on `s` would run after every one of `nodes`,
+  // nodes of the capture `s` takes part in: a walk up the graph's edges from
+  // the frontier of `s`. False when it cannot tell (the base class).
+  [[nodiscard]] virtual bool capture_follows(int /*index*/, stream_handle /*s*/,
+                                             const std::vector<capture_node>& /*nodes*/) {
+    return false;
+  }
 };
 
 }  // namespace syncmem::detail

@@ -18,6 +18,8 @@ namespace syncmem::detail {
 enum class pool_handle : std::uintptr_t {};
 // An executable graph (cudaGraphExec_t, or an emulated recording).
 enum class graph_handle : std::uintptr_t {};
+// A node of a graph being captured (cudaGraphNode_t).
+enum class capture_node : std::uintptr_t {};
 // A physical allocation of the virtual memory API (cuMemCreate's handle, or an
 // emulated one); 0 is none.
 using physical_handle = unsigned long long;

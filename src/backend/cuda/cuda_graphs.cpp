@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <exception>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -91,6 +93,54 @@ unsigned long long cuda_graphs::capture_sequence(int, stream_handle s) {
     return 0;
   }
   return status == cudaStreamCaptureStatusActive ? id : 0;
+}
+
+std::optional<std::vector<capture_node>> cuda_graphs::capture_frontier(int, stream_handle s) {
+  if (s == stream_handle{}) return std::nullopt;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  std::size_t count = 0;
+  if (cudaStreamGetCaptureInfo(native(s), &status, nullptr, nullptr, &deps, nullptr, &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  if (status != cudaStreamCaptureStatusActive) return std::nullopt;
+  std::vector<capture_node> out;
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(detail::handle_of<capture_node>(deps[i]));
+  return out;
+}
+
+bool cuda_graphs::capture_follows(int index, stream_handle s, const std::vector<capture_node>& nodes) {
+  const auto frontier = capture_frontier(index, s);
+  if (!frontier) return false;
+  std::unordered_set<cudaGraphNode_t> wanted;
+  for (const capture_node n : nodes) wanted.insert(pointer_of<cudaGraphNode_t>(n));
+  // Breadth first up the edges; a graph too large to walk here is not proven ordered.
+  constexpr std::size_t max_walk = 1U << 14U;
+  std::vector<cudaGraphNode_t> todo;
+  for (const capture_node n : *frontier) todo.push_back(pointer_of<cudaGraphNode_t>(n));
+  std::unordered_set<cudaGraphNode_t> seen{todo.begin(), todo.end()};
+  std::vector<cudaGraphNode_t> parents;
+  for (std::size_t next = 0; next < todo.size() && !wanted.empty(); ++next) {
+    if (next == max_walk) return false;
+    cudaGraphNode_t node = todo[next];
+    wanted.erase(node);
+    std::size_t count = 0;
+    if (cudaGraphNodeGetDependencies(node, nullptr, nullptr, &count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    parents.resize(count);
+    if (count > 0 && cudaGraphNodeGetDependencies(node, parents.data(), nullptr, &count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    for (cudaGraphNode_t p : parents) {
+      if (seen.insert(p).second) todo.push_back(p);
+    }
+  }
+  return wanted.empty();
 }
 
 void cuda_graphs::capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) {

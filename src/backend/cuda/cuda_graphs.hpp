@@ -14,6 +14,8 @@ class cuda_graphs final : public graph_capability {
   void destroy_graph(int index, graph_handle graph) noexcept override;
   void capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) override;
   [[nodiscard]] unsigned long long capture_sequence(int index, stream_handle s) override;
+  [[nodiscard]] std::optional<std::vector<capture_node>> capture_frontier(int index, stream_handle s) override;
+  [[nodiscard]] bool capture_follows(int index, stream_handle s, const std::vector<capture_node>& nodes) override;
 };
 
 }  // namespace syncmem::detail::cuda

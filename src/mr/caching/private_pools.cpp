@@ -74,11 +74,14 @@ void* private_pool::allocate(std::size_t bytes, stream_handle s, std::uint64_t c
   for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
     const block& b = it->second;
     if (!b.free || b.size < size || b.size > 2 * size) continue;
-    if (b.freed_in == capture && b.freed_on != s) continue;  // stream order does not prove it idle
-    if (best == blocks_.end() || b.size < best->second.size) best = it;
+    if (b.freed_in == capture && b.freed_on != s && !b.freed_after) continue;  // nothing proves it idle
+    if (best != blocks_.end() && b.size >= best->second.size) continue;
+    if (b.freed_in == capture && b.freed_on != s && !follows(s, *b.freed_after)) continue;
+    best = it;
   }
   if (best != blocks_.end()) {
     best->second.free = false;
+    best->second.freed_after.reset();
     best->second.allocated_in = capture;
     best->second.requested = bytes;
     best->second.stream = s;
@@ -119,17 +122,54 @@ void private_pool::deallocate(void* p, stream_handle s, std::uint64_t capture) n
   it->second.free = true;
   // Reusable at once by the capture that allocated it only where that capture
   // freed it, on the stream that will allocate; by any later capture always.
-  it->second.freed_in = it->second.allocated_in;
-  const bool same_capture = capture == it->second.allocated_in && !it->second.used_elsewhere;
-  it->second.freed_on = same_capture ? s : stream_handle{};
-  it->second.used_elsewhere = false;
-  usage_->allocated.fetch_sub(it->second.size);
+  block& b = it->second;
+  b.freed_in = b.allocated_in;
+  const bool same_capture = capture != 0 && capture == b.allocated_in;
+  b.freed_on = same_capture && b.used_by.empty() ? s : stream_handle{};
+  b.freed_after.reset();
+  if (same_capture) {
+    try {
+      b.freed_after = reached_by(s, b.used_by);
+    } catch (...) {
+      syncmem::detail::log_ignored("reading a capture's graph");  // not reused in this capture
+    }
+  }
+  b.used_by.clear();
+  usage_->allocated.fetch_sub(b.size);
 }
 
 void private_pool::used_on(void* p, stream_handle s) {
   std::lock_guard lock{mutex_};
   const auto it = blocks_.find(p);
-  if (it != blocks_.end() && !it->second.free && it->second.stream != s) it->second.used_elsewhere = true;
+  if (it == blocks_.end() || it->second.free || it->second.stream == s) return;
+  auto& users = it->second.used_by;
+  if (std::find(users.begin(), users.end(), s) == users.end()) users.push_back(s);
+}
+
+std::optional<std::vector<syncmem::detail::capture_node>> private_pool::reached_by(
+    stream_handle freeing, const std::vector<stream_handle>& users) {
+  syncmem::detail::graph_capability* const graphs = syncmem::detail::backend_for(device_).graphs();
+  if (graphs == nullptr) return std::nullopt;
+  auto nodes = graphs->capture_frontier(device_.index(), freeing);
+  for (const stream_handle user : users) {
+    if (!nodes) return std::nullopt;
+    // A stream outside the capture orders nothing in its graph.
+    const auto more = graphs->capture_frontier(device_.index(), user);
+    if (!more) return std::nullopt;
+    nodes->insert(nodes->end(), more->begin(), more->end());
+  }
+  return nodes;
+}
+
+bool private_pool::follows(stream_handle s, const std::vector<syncmem::detail::capture_node>& nodes) {
+  if (nodes.empty()) return true;
+  syncmem::detail::graph_capability* const graphs = syncmem::detail::backend_for(device_).graphs();
+  try {
+    return graphs != nullptr && graphs->capture_follows(device_.index(), s, nodes);
+  } catch (...) {
+    syncmem::detail::log_ignored("reading a capture's graph");
+    return false;
+  }
 }
 
 std::optional<live_allocation> private_pool::info(const void* p) {
@@ -172,12 +212,13 @@ graph_pool_restored private_pool::restore(const graph_pool_checkpoint& c) {
     b.free = true;
     b.freed_in = 0;
     b.freed_on = stream_handle{};
+    b.freed_after.reset();
+    b.used_by.clear();
     usage_->allocated.fetch_sub(b.size);
   }
   for (const graph_pool_block& x : c.live) {
     block& b = blocks_.at(x.ptr);
     b.free = false;
-    b.used_elsewhere = false;
     b.allocated_in = 0;
     b.requested = x.allocation.requested_bytes;
     b.stream = x.allocation.stream.handle();

@@ -10,7 +10,12 @@
 // block each (never split), and reuses a free block only where stream order
 // proves it safe:
 // - a block freed in the same capture, on the stream now allocating (a
-//   captured stream's work runs in the order it was captured, at every launch);
+//   captured stream's work runs in the order it was captured, at every launch),
+//   unless another stream used it (record_stream);
+// - a block freed in the same capture, on any stream, once the graph orders
+//   the allocating stream after the work that every stream using the block
+//   had enqueued when it was freed (where the backend can fork captures: the
+//   streams have joined, as PyTorch's graph_capture_record_stream_reuse);
 // - a block freed outside the capture now open (in an earlier capture into
 //   the same graph_pool, or after it), since graphs sharing a pool are
 //   launched in the order they were captured and never at once.
@@ -31,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "syncmem/mr/caching_resource.hpp"
@@ -76,6 +82,14 @@ class private_pool {
   graph_pool_restored restore(const graph_pool_checkpoint& c);
 
  private:
+  // What a block freed in an open capture on `freeing` must wait for: the
+  // capture's frontier of `freeing` and of every stream in `users`; nullopt
+  // when one of them is outside the capture or the backend cannot tell.
+  std::optional<std::vector<syncmem::detail::capture_node>> reached_by(stream_handle freeing,
+                                                                       const std::vector<stream_handle>& users);
+  // Whether work enqueued next on `s` runs after every one of `nodes`.
+  bool follows(stream_handle s, const std::vector<syncmem::detail::capture_node>& nodes);
+
   struct block {
     std::size_t size = 0;
     std::size_t requested = 0;  // while handed out
@@ -84,7 +98,11 @@ class private_pool {
     std::uint64_t allocated_in = 0;  // the capture it was last handed to
     std::uint64_t freed_in = 0;      // allocated_in when it was freed
     stream_handle freed_on{};        // the stream that freed it in that capture, or null
-    bool used_elsewhere = false;     // record_stream named another stream while it was handed out
+    // The nodes of that capture that every stream using it had reached when
+    // it was freed: reusable on a stream that follows them all. nullopt: not
+    // in that capture.
+    std::optional<std::vector<syncmem::detail::capture_node>> freed_after;
+    std::vector<stream_handle> used_by;  // other streams record_stream named while it was handed out
   };
 
   device_id device_;
