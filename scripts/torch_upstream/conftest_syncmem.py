@@ -73,6 +73,11 @@ NATIVE_INTERNALS = {
         "asserts native internals: reserved bytes saved by sharing a pool equal one 2 MiB"
         " small buffer (upstream marks the check 'specific to the native allocator')"
     ),
+    "TestCudaMallocAsync::test_memory_plots": (
+        "asserts native internals: after trace_plot(filter_freed=True) has removed every"
+        " alloc/free pair, the freed 64 KiB tensor's size is still in the snapshot only as the"
+        " stale requested_size PyTorch leaves on the free block it merged into"
+    ),
     "TestMemPool::test_mempool_no_split": (
         "asserts native internals: a 4 MiB request takes a 20 MiB segment (kLargeBuffer) that"
         " the next one splits, unless no_split"
