@@ -13,6 +13,9 @@ whole process):
   syncmem-growable    the same with syncmem.torch's default (its growable range):
                       's' handles of syncmem::ipc, the block's pages as file
                       descriptors
+  syncmem-growable-20mb  the same with 20 MiB pages (SYNCMEM_ALLOC_CONF=
+                      expandable_page_mb:20), the size of PyTorch's expandable
+                      segments' pages: a 64 MiB block is 4 pages, not 32
   syncmem-tensor      a syncmem.tensor sent through syncmem's own multiprocessing
                       reducer (syncmem::ipc on plain segments); the child reads it
                       through torch.from_dlpack, whose conversion is counted in
@@ -79,6 +82,7 @@ MODES = {  # mode: (how it shares, environment over the caller's, the two alloca
     "pytorch-expandable": ("torch", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
     "syncmem": ("torch", {"SYNCMEM_ALLOC_CONF": "expandable:0"}),
     "syncmem-growable": ("torch", {}),
+    "syncmem-growable-20mb": ("torch", {"SYNCMEM_ALLOC_CONF": "expandable_page_mb:20"}),
     "syncmem-tensor": ("syncmem-tensor", {}),
 }
 # A check of the processes, pipes and tables without a GPU: a syncmem.tensor of
