@@ -382,11 +382,10 @@ TYPED_TEST(GraphPools, OtherStreamsAreServedAsUsualDuringACapture) {
   EXPECT_EQ(pool.reserved_bytes(), 0u);
 }
 
-// On CUDA a capture forks to a second stream through an event: allocations on
-// the forked stream come from the capture's pool too, and kernels on both
-// streams replay in the captured order.
+// A capture forks to a second stream through an event: allocations on the
+// forked stream come from the capture's pool too, and kernels on both streams
+// replay in the captured order.
 TYPED_TEST(GraphPools, AForkedStreamAllocatesFromTheCapturesPool) {
-  if (!this->is_cuda()) GTEST_SKIP() << "emulated devices cannot record events into a capture yet";
   mr::caching_resource resource{this->dev()};
   stream s{this->dev()}, side{this->dev()};
   const std::size_t n = 77'777;
@@ -429,12 +428,11 @@ TYPED_TEST(GraphPools, AForkedStreamAllocatesFromTheCapturesPool) {
   }
 }
 
-// On CUDA a block that a forked stream used (record_stream) is not reused in
-// the capture that freed it until the graph orders the allocating stream
-// after that stream's work (the streams joined); then it is, as PyTorch's
+// A block that a forked stream used (record_stream) is not reused in the
+// capture that freed it until the graph orders the allocating stream after
+// that stream's work (the streams joined); then it is, as PyTorch's
 // graph_capture_record_stream_reuse does. Every launch checks every byte.
 TYPED_TEST(GraphPools, ABlockAForkedStreamUsedIsReusedOnceTheStreamsJoin) {
-  if (!this->is_cuda()) GTEST_SKIP() << "emulated captures do not fork to other streams";
   mr::caching_resource resource{this->dev()};
   stream s{this->dev()}, side{this->dev()};
   const std::size_t n = 4096 + rng()() % 65536;

@@ -40,7 +40,7 @@ class graph_capability {
   [[nodiscard]] virtual unsigned long long capture_sequence(int index, stream_handle s) = 0;
   // The nodes that work enqueued next on `s` would depend on in its capture
   // (cudaStreamGetCaptureInfo's dependencies), or nullopt when `s` is not
-  // being captured or the backend cannot fork captures (the base class).
+  // being captured or the backend cannot tell (the base class).
   [[nodiscard]] virtual std::optional<std::vector<capture_node>> capture_frontier(int /*index*/, stream_handle /*s*/) {
     return std::nullopt;
   }

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/emulated/capture_graph.hpp"
 #include "core/ignored_failure.hpp"
 #include "core/log.hpp"
 #include "syncmem/error.hpp"
@@ -353,10 +354,18 @@ event_handle emulated_backend::create_event(int index, bool timing, bool) {
 void emulated_backend::record_event(int index, event_handle e, stream_handle s) {
   auto state = holder_of(e)->state;
   auto& stream = to_stream(s, index);
-  refuse_to_record(stream, "an event record");
+  // In a capture a record is no work: it marks where a wait for it joins the graph.
+  if (auto g = stream.capture()) {
+    auto nodes = g->frontier(&stream);
+    std::lock_guard lock{state->mutex};
+    state->captured_in = std::move(g);
+    state->captured_after = std::move(nodes);
+    return;
+  }
   std::uint64_t generation = 0;
   {
     std::lock_guard lock{state->mutex};
+    state->captured_in.reset();
     generation = ++state->recorded;
     state->pending.insert(generation);
   }
@@ -388,14 +397,26 @@ void emulated_backend::synchronize_event(int, event_handle e) {
 
 void emulated_backend::stream_wait_event(int index, stream_handle s, event_handle e) {
   auto state = holder_of(e)->state;
-  refuse_to_record(to_stream(s, index), "an event wait");
+  auto& stream = to_stream(s, index);
+  std::shared_ptr<capture_graph> captured;
+  std::vector<std::size_t> after;
+  {
+    std::lock_guard lock{state->mutex};
+    captured = state->captured_in;
+    after = state->captured_after;
+  }
+  if (captured) {
+    stream.join(captured, after);  // forks `s` into the capture, or joins two of its streams
+    return;
+  }
+  refuse_to_record(stream, "an event wait (for an event recorded outside the capture)");
   std::uint64_t target = 0;
   {
     std::lock_guard lock{state->mutex};
     if (state->reached(state->recorded)) return;  // nothing to wait for
     target = state->recorded;
   }
-  to_stream(s, index).enqueue([state, target] {
+  stream.enqueue([state, target] {
     std::unique_lock lock{state->mutex};
     state->completed_changed.wait(lock, [&] { return state->reached(target); });
   });

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/emulated/capture_graph.hpp"
 #include "backend/emulated/emulated_backend.hpp"
 #include "core/ignored_failure.hpp"
 #include "syncmem/error.hpp"
@@ -20,6 +21,10 @@ struct recorded_graph {
 };
 
 recorded_graph* graph_of(graph_handle graph) noexcept { return pointer_of<recorded_graph*>(graph); }
+
+// A node's handle is its place in the capture plus one, so that none is 0.
+capture_node handle_of_node(capture_graph::node_id n) noexcept { return capture_node{n + 1}; }
+capture_graph::node_id node_of(capture_node h) noexcept { return static_cast<capture_graph::node_id>(h) - 1; }
 
 }  // namespace
 
@@ -55,6 +60,30 @@ void emulated_graphs::destroy_graph(int index, graph_handle graph) noexcept {
     return;
   }
   delete graph_of(graph);
+}
+
+unsigned long long emulated_graphs::capture_sequence(int index, stream_handle s) {
+  const auto g = backend_.to_stream(s, index).capture();
+  return g ? g->id() : 0;
+}
+
+std::optional<std::vector<capture_node>> emulated_graphs::capture_frontier(int index, stream_handle s) {
+  auto& w = backend_.to_stream(s, index);
+  const auto g = w.capture();
+  if (!g) return std::nullopt;
+  std::vector<capture_node> out;
+  for (const auto n : g->frontier(&w)) out.push_back(handle_of_node(n));
+  return out;
+}
+
+bool emulated_graphs::capture_follows(int index, stream_handle s, const std::vector<capture_node>& nodes) {
+  auto& w = backend_.to_stream(s, index);
+  const auto g = w.capture();
+  if (!g) return false;
+  std::vector<capture_graph::node_id> ids;
+  ids.reserve(nodes.size());
+  for (const capture_node h : nodes) ids.push_back(node_of(h));
+  return g->follows(&w, ids);
 }
 
 void emulated_graphs::capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) {

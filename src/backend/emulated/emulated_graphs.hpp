@@ -18,8 +18,9 @@ class emulated_graphs final : public graph_capability {
   void launch_graph(int index, graph_handle graph, stream_handle s) override;
   void destroy_graph(int index, graph_handle graph) noexcept override;
   void capture_host_func(int index, stream_handle s, host_func fn, void* user_data, host_func release) override;
-  // Emulated captures do not fork to other streams.
-  [[nodiscard]] unsigned long long capture_sequence(int, stream_handle) override { return 0; }
+  [[nodiscard]] unsigned long long capture_sequence(int index, stream_handle s) override;
+  [[nodiscard]] std::optional<std::vector<capture_node>> capture_frontier(int index, stream_handle s) override;
+  [[nodiscard]] bool capture_follows(int index, stream_handle s, const std::vector<capture_node>& nodes) override;
 
  private:
   emulated_backend& backend_;

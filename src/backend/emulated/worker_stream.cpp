@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/emulated/capture_graph.hpp"
 #include "syncmem/error.hpp"
 
 namespace syncmem::detail::emulated {
@@ -37,10 +38,15 @@ worker_stream::worker_stream(int device, const std::atomic<std::int64_t>& max_de
     : device_{device}, max_delay_us_{max_delay_us}, thread_{(note_a_worker_starts(), [this] { run(); })} {}
 
 worker_stream::~worker_stream() {
+  std::shared_ptr<capture_graph> began;
   {
     std::lock_guard lock{mutex_};
     stopping_ = true;
+    if (capture_ && capture_->origin() != this) capture_->forget(this);
+    if (capture_ && capture_->origin() == this) began = std::move(capture_);
   }
+  // A capture this stream began is over: the streams forked into it leave it.
+  if (began) leave(*began);
   work_available_.notify_one();
   thread_.join();
 }
@@ -48,8 +54,8 @@ worker_stream::~worker_stream() {
 void worker_stream::enqueue(std::function<void()> op) {
   {
     std::lock_guard lock{mutex_};
-    if (capturing_) {
-      captured_.push_back(std::move(op));
+    if (capture_) {
+      capture_->add(this, std::move(op));
       return;
     }
     queue_.push_back(std::move(op));
@@ -61,8 +67,8 @@ void worker_stream::enqueue(std::function<void()> op) {
 void worker_stream::enqueue_all(const std::vector<std::function<void()>>& ops) {
   {
     std::lock_guard lock{mutex_};
-    if (capturing_) {
-      captured_.insert(captured_.end(), ops.begin(), ops.end());
+    if (capture_) {
+      for (const auto& op : ops) capture_->add(this, op);
       return;
     }
     queue_.insert(queue_.end(), ops.begin(), ops.end());
@@ -82,38 +88,63 @@ void worker_stream::enqueue_uncaptured(std::function<void()> op) {
 
 void worker_stream::begin_capture() {
   std::lock_guard lock{mutex_};
-  SYNCMEM_EXPECTS(!capturing_,
-                  fmt::format("begin_capture: a stream of emulated:{} is already being captured", device_));
-  capturing_ = true;
-  captured_.clear();
-  capture_invalidated_.clear();
+  SYNCMEM_EXPECTS(!capture_, fmt::format("begin_capture: a stream of emulated:{} is already being captured", device_));
+  capture_ = std::make_shared<capture_graph>(this);
 }
 
 std::vector<std::function<void()>> worker_stream::end_capture() {
-  std::vector<std::function<void()>> ops;
-  std::string invalidated;
+  std::shared_ptr<capture_graph> g;
   {
     std::lock_guard lock{mutex_};
-    SYNCMEM_EXPECTS(capturing_, fmt::format("end_capture: the stream of emulated:{} is not being captured", device_));
-    capturing_ = false;
-    ops = std::exchange(captured_, {});
-    invalidated = std::exchange(capture_invalidated_, {});
+    SYNCMEM_EXPECTS(capture_, fmt::format("end_capture: the stream of emulated:{} is not being captured", device_));
+    SYNCMEM_EXPECTS(capture_->origin() == this,
+                    fmt::format("end_capture: this stream of emulated:{} was forked into a capture begun on another "
+                                "stream; end it there (as cudaErrorStreamCaptureUnmatched)",
+                                device_));
+    g = std::exchange(capture_, nullptr);
   }
-  SYNCMEM_EXPECTS(invalidated.empty(),
+  capture_ended out = leave(*g);
+  SYNCMEM_EXPECTS(out.failure.empty(),
                   fmt::format("end_capture: the capture on a stream of emulated:{} was invalidated by {}; no graph was "
                               "made (as cudaErrorStreamCaptureInvalidated)",
-                              device_, invalidated));
-  return ops;
+                              device_, out.failure));
+  return std::move(out.ops);
+}
+
+capture_ended worker_stream::leave(capture_graph& g) {
+  capture_ended out = g.end();
+  for (worker_stream* w : out.forked) {
+    std::lock_guard lock{w->mutex_};
+    if (w->capture_.get() == &g) w->capture_.reset();
+  }
+  return out;
 }
 
 bool worker_stream::capturing() {
   std::lock_guard lock{mutex_};
-  return capturing_;
+  return capture_ != nullptr;
+}
+
+std::shared_ptr<capture_graph> worker_stream::capture() {
+  std::lock_guard lock{mutex_};
+  return capture_;
+}
+
+void worker_stream::join(const std::shared_ptr<capture_graph>& g, const std::vector<std::size_t>& nodes) {
+  std::lock_guard lock{mutex_};
+  if (capture_ && capture_ != g) {
+    SYNCMEM_UNSUPPORTED(
+        fmt::format("an event wait on a stream of emulated:{} that is being captured, for an event "
+                    "recorded in another capture",
+                    device_));
+  }
+  g->wait(this, nodes);
+  capture_ = g;
 }
 
 void worker_stream::invalidate_capture(const std::string& why) {
   std::lock_guard lock{mutex_};
-  if (capturing_ && capture_invalidated_.empty()) capture_invalidated_ = why;
+  if (capture_) capture_->invalidate(why);
 }
 
 void worker_stream::synchronize() {

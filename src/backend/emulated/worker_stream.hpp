@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -16,6 +17,9 @@
 #include <vector>
 
 namespace syncmem::detail::emulated {
+
+class capture_graph;
+struct capture_ended;
 
 // Whether this process was forked after a worker_stream had started: its
 // threads are not in the child, whose devices then refuse all use (as CUDA's
@@ -43,11 +47,18 @@ class worker_stream {
 
   // Stream capture: between begin_capture() and end_capture(), enqueue()
   // records operations instead of running them. end_capture() returns them,
-  // or throws syncmem::logic_error when invalidate_capture() was called (the
-  // capture is over either way, as with cudaStreamEndCapture).
+  // or throws syncmem::logic_error when invalidate_capture() was called or a
+  // stream forked into the capture was not joined back (the capture is over
+  // either way, as with cudaStreamEndCapture).
   void begin_capture();
   [[nodiscard]] std::vector<std::function<void()>> end_capture();
   [[nodiscard]] bool capturing();
+  // The capture this stream takes part in (began or was forked into), or null.
+  [[nodiscard]] std::shared_ptr<capture_graph> capture();
+  // Waits for `nodes` of capture `g` (an event recorded in it): a stream
+  // outside any capture is forked into `g`. Throws syncmem::unsupported_error
+  // for a stream of another capture.
+  void join(const std::shared_ptr<capture_graph>& g, const std::vector<std::size_t>& nodes);
   // Makes the open capture fail at end_capture() with `why`; the first reason wins.
   void invalidate_capture(const std::string& why);
   // Waits for everything enqueued so far. Throws syncmem::logic_error if an
@@ -61,6 +72,8 @@ class worker_stream {
 
  private:
   void run();
+  // Ends capture `g`, begun on this stream, for every stream forked into it.
+  static capture_ended leave(capture_graph& g);
 
   int device_;
   const std::atomic<std::int64_t>& max_delay_us_;
@@ -72,9 +85,7 @@ class worker_stream {
   std::uint64_t completed_ = 0;
   bool stopping_ = false;
   std::string error_;
-  bool capturing_ = false;
-  std::vector<std::function<void()>> captured_;
-  std::string capture_invalidated_;
+  std::shared_ptr<capture_graph> capture_;
   std::thread thread_;
 };
 
@@ -90,6 +101,10 @@ struct event_state {
   std::uint64_t latest_completed = 0;  // for timing: the highest generation reached
   std::chrono::steady_clock::time_point completed_at{};
   bool timing = false;
+  // Where the latest record was made in a capture: the capture, and the
+  // nodes a wait for it depends on; null for a record outside captures.
+  std::shared_ptr<capture_graph> captured_in;
+  std::vector<std::size_t> captured_after;
 
   // Under mutex: whether generation g has been reached (0: never recorded).
   [[nodiscard]] bool reached(std::uint64_t g) const { return g == 0 || !pending.contains(g); }
