@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -398,9 +399,10 @@ TYPED_TEST(GraphPools, AForkedStreamAllocatesFromTheCapturesPool) {
   forked.record(s);
   side.wait(forked);
   EXPECT_TRUE(is_capturing(side));
-  const std::size_t before = pool.reserved_bytes();
   void* b = resource.allocate(n, side);
-  EXPECT_GT(pool.reserved_bytes(), before) << "the forked stream's allocation comes from the capture's pool";
+  const auto b_info = resource.allocation_info(b);
+  ASSERT_TRUE(b_info.has_value());
+  EXPECT_EQ(b_info->pool, mr::segment_pool::graph) << "the forked stream's allocation comes from the capture's pool";
   (void)copy_async(b, a, n, side);  // both streams only read `a` until they join
   device_add_bytes(side, b, n, 3);
   void* c = resource.allocate(n, s);
@@ -653,6 +655,177 @@ TYPED_TEST(GraphPools, ARestoredCheckpointHasExactlyTheBlocksLiveThen) {
   resource->empty_cache();
   EXPECT_EQ(upstream.live.load(), 0) << "the pool's segments go back with its last block";
   resource.reset();
+}
+
+// A captured step with many blocks of mixed sizes, all live at once: small
+// ones share segments of 2 MiB, large ones are cut from one growing range, so
+// the pool holds little more than the blocks; no two blocks overlap, and
+// every block carries its own bytes through each replay.
+TYPED_TEST(GraphPools, BlocksOfMixedSizesShareSegmentsWithoutOverlapping) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()};
+  std::vector<std::size_t> sizes;
+  std::size_t small_bytes = 0, large_bytes = 0, total = 0;
+  for (int i = 0; i < 40; ++i) {
+    const bool large = i % 3 == 0;
+    const std::size_t n = large ? 3 * MiB / 2 + rng()() % (4 * MiB) : 1 + rng()() % (256 * 1024);
+    const std::size_t block = (n + 511) / 512 * 512;
+    (large ? large_bytes : small_bytes) += block;
+    sizes.push_back(n);
+    total += n;
+  }
+  pinned input{this->dev(), total}, output{this->dev(), total};
+  const auto delta = static_cast<std::uint8_t>(rng()() | 1u);
+  graph_pool pool;
+  begin_capture(s, pool);
+  std::vector<void*> blocks;
+  std::size_t offset = 0;
+  for (const std::size_t n : sizes) {
+    void* p = resource.allocate(n, s);
+    (void)copy_async(p, static_cast<std::uint8_t*>(input.data()) + offset, n, s);
+    device_add_bytes(s, p, n, delta);
+    blocks.push_back(p);
+    offset += n;
+  }
+  offset = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    (void)copy_async(static_cast<std::uint8_t*>(output.data()) + offset, blocks[i], sizes[i], s);
+    offset += sizes[i];
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      ASSERT_FALSE(overlaps(blocks[i], sizes[i], blocks[j], sizes[j])) << "blocks " << j << " and " << i;
+    }
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i) resource.deallocate(blocks[i], sizes[i], s);
+  graph g = end_capture(s);
+  // Small blocks of at most 256 KiB fill a 2 MiB segment to at least 1.75 MiB.
+  const std::size_t small_segments = (small_bytes + 7 * MiB / 4 - 1) / (7 * MiB / 4);
+  EXPECT_LE(pool.reserved_bytes(), (large_bytes + 2 * MiB - 1) / (2 * MiB) * (2 * MiB) + small_segments * 2 * MiB);
+  for (int round = 0; round < 2; ++round) {
+    const bytes_t x = random_bytes(total);
+    input.write(x);
+    g.launch(s);
+    s.synchronize();
+    const bytes_t out = output.read();
+    for (std::size_t i = 0; i < total; ++i) {
+      ASSERT_EQ(out[i], static_cast<std::uint8_t>(x[i] + delta)) << "round " << round << ", byte " << i;
+    }
+  }
+}
+
+// Freed neighbours merge: two large blocks freed in the capture serve a
+// request for both on the same stream, and a later capture that needs more
+// grows the range from that free end instead of mapping a block anew.
+TYPED_TEST(GraphPools, FreedNeighboursMergeAndALargerGraphGrowsTheFreeEnd) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()};
+  const std::size_t n = 3 * MiB;
+  const std::size_t m = 10 * MiB + rng()() % MiB;
+  pinned input{this->dev(), m}, out_first{this->dev(), 2 * n}, out_second{this->dev(), m};
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* a = resource.allocate(n, s);
+  void* b = resource.allocate(n, s);
+  EXPECT_EQ(b, static_cast<std::uint8_t*>(a) + n) << "large blocks are cut side by side from the range";
+  (void)copy_async(a, input.data(), n, s);
+  (void)copy_async(b, static_cast<std::uint8_t*>(input.data()) + n, n, s);
+  resource.deallocate(b, n, s);
+  resource.deallocate(a, n, s);
+  const std::size_t reserved = pool.reserved_bytes();
+  void* c = resource.allocate(2 * n, s);  // reads what a and b held: the same bytes, merged
+  EXPECT_EQ(c, a) << "two freed neighbours serve a request for both";
+  EXPECT_EQ(pool.reserved_bytes(), reserved);
+  device_add_bytes(s, c, 2 * n, 1);
+  (void)copy_async(out_first.data(), c, 2 * n, s);
+  resource.deallocate(c, 2 * n, s);
+  graph first = end_capture(s);
+
+  begin_capture(s, pool);
+  void* d = resource.allocate(m, s);
+  EXPECT_EQ(d, a) << "the free end of the range grows to the larger request";
+  EXPECT_LT(pool.reserved_bytes(), reserved + m) << "the range grew by a whole block instead of what was missing";
+  (void)copy_async(d, input.data(), m, s);
+  device_add_bytes(s, d, m, 2);
+  (void)copy_async(out_second.data(), d, m, s);
+  resource.deallocate(d, m, s);
+  graph second = end_capture(s);
+  for (int round = 0; round < 2; ++round) {
+    const bytes_t x = random_bytes(m);
+    input.write(x);
+    first.launch(s);
+    second.launch(s);
+    s.synchronize();
+    const bytes_t f = out_first.read(), g = out_second.read();
+    for (std::size_t i = 0; i < 2 * n; ++i) {
+      ASSERT_EQ(f[i], static_cast<std::uint8_t>(x[i] + 1)) << "round " << round << ", byte " << i;
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      ASSERT_EQ(g[i], static_cast<std::uint8_t>(x[i] + 2)) << "round " << round << ", byte " << i;
+    }
+  }
+}
+
+// A restore puts the checkpoint's blocks back where they were even when the
+// pool has merged them into a larger block since: that block is freed, the
+// checkpoint's blocks are cut out of it, and the rest stays free.
+TYPED_TEST(GraphPools, ARestoreCutsTheCheckpointsBlocksOutOfMergedMemory) {
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()};
+  const std::size_t n1 = 20'000 + rng()() % 10'000, n2 = 30'000 + rng()() % 10'000;
+  pinned input{this->dev(), n1 + n2}, output{this->dev(), n1 + n2};
+  graph_pool pool;
+  begin_capture(s, pool);  // the root: two outputs, side by side
+  void* x = resource.allocate(n1, s);
+  void* y = resource.allocate(n2, s);
+  (void)copy_async(x, input.data(), n1, s);
+  (void)copy_async(y, static_cast<std::uint8_t*>(input.data()) + n1, n2, s);
+  graph root = end_capture(s);
+  const mr::graph_pool_checkpoint at_root = resource.checkpoint(pool);
+  ASSERT_EQ(at_root.live.size(), 2u);
+  const auto x_block = resource.allocation_info(x)->block_bytes;
+  const auto y_block = resource.allocation_info(y)->block_bytes;
+
+  resource.deallocate(x, n1, s);  // path A drops both outputs and takes their memory whole
+  resource.deallocate(y, n2, s);
+  begin_capture(s, pool);
+  void* z = resource.allocate(x_block + y_block, s);
+  EXPECT_EQ(z, x) << "the freed outputs merged";
+  resource.deallocate(z, x_block + y_block, s);
+  graph path_a = end_capture(s);
+
+  const mr::graph_pool_restored restored = resource.restore(at_root);
+  ASSERT_EQ(restored.allocated.size(), 2u);
+  for (const auto& [p, block, n] : {std::tuple{x, x_block, n1}, std::tuple{y, y_block, n2}}) {
+    const auto info = resource.allocation_info(p);
+    ASSERT_TRUE(info.has_value()) << "a block of the checkpoint is live again";
+    EXPECT_EQ(info->block_bytes, block);
+    EXPECT_EQ(info->requested_bytes, n);
+  }
+  begin_capture(s, pool);  // path B reads the root's outputs from a block of its own
+  void* w = resource.allocate(n1 + n2, s);
+  EXPECT_FALSE(overlaps(w, n1 + n2, x, x_block) || overlaps(w, n1 + n2, y, y_block));
+  (void)copy_async(w, x, n1, s);
+  (void)copy_async(static_cast<std::uint8_t*>(w) + n1, y, n2, s);
+  device_add_bytes(s, w, n1 + n2, 7);
+  (void)copy_async(output.data(), w, n1 + n2, s);
+  resource.deallocate(w, n1 + n2, s);
+  graph path_b = end_capture(s);
+  for (int round = 0; round < 2; ++round) {
+    const bytes_t in = random_bytes(n1 + n2);
+    input.write(in);
+    root.launch(s);
+    path_b.launch(s);
+    s.synchronize();
+    const bytes_t out = output.read();
+    for (std::size_t i = 0; i < n1 + n2; ++i) {
+      ASSERT_EQ(out[i], static_cast<std::uint8_t>(in[i] + 7)) << "round " << round << ", byte " << i;
+    }
+  }
+  resource.deallocate(x, n1, s);
+  resource.deallocate(y, n2, s);
 }
 
 // Ending an external capture twice, or one never begun, is harmless; while

@@ -172,6 +172,17 @@ std::optional<capture_info> capture_on(stream_view s) {
   return std::nullopt;
 }
 
+bool capture_open(std::uint64_t number) {
+  if (!captures_open()) return false;
+  auto& r = routes();
+  std::lock_guard lock{r.mutex};
+  return std::any_of(r.routes.begin(), r.routes.end(), [&](const auto& x) {
+    const bool capture =
+        x->kind == route::which::captured_stream || (x->kind == route::which::filtered_streams && x->pool == nullptr);
+    return capture && x->number == number;
+  });
+}
+
 // ---- scopes -----------------------------------------------------------------------------------------
 
 std::uint64_t add_thread_route(device_id device, mr::pool* pool, bool on_oom_only) {

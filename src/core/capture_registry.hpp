@@ -82,5 +82,7 @@ void release_held_after_captures() noexcept;
 // The capture syncmem::begin_capture opened on `s`, or an external capture
 // that covers `s`, if any.
 [[nodiscard]] std::optional<capture_info> capture_on(stream_view s);
+// Whether the capture numbered `number` (capture_info::number) is still open.
+[[nodiscard]] bool capture_open(std::uint64_t number);
 
 }  // namespace syncmem::detail

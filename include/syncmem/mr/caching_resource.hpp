@@ -94,8 +94,8 @@ struct graph_pool_block {
 /// CUDA graph trees restore before they record a graph on another path).
 struct graph_pool_checkpoint {
   std::uint64_t pool_id = 0;                            ///< graph_pool::id()
-  std::vector<std::pair<void*, std::size_t>> segments;  ///< every block of the pool, by address, with its bytes
-  std::vector<graph_pool_block> live;                   ///< those that were handed out
+  std::vector<std::pair<void*, std::size_t>> segments;  ///< every segment of the pool, by address, with its bytes
+  std::vector<graph_pool_block> live;                   ///< its blocks that were handed out
 };
 
 /// @brief What caching_resource::restore changed.

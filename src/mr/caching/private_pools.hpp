@@ -6,9 +6,8 @@
 // the private pool that the resource keeps for the capture's graph_pool,
 // never from the cache: a graph reads and writes the addresses it captured at
 // every launch, so its memory must stay out of everyone else's hands while
-// the graph lives. A private pool holds whole segments of the device, one
-// block each (never split), and reuses a free block only where stream order
-// proves it safe:
+// the graph lives. A private pool (mr/caching/private_pool.hpp) holds its
+// memory, and reuses a free block only where stream order proves it safe:
 // - a block freed in the same capture, on the stream now allocating (a
 //   captured stream's work runs in the order it was captured, at every launch),
 //   unless another stream used it (record_stream);
@@ -39,6 +38,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "mr/caching/private_pool.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/stream.hpp"
@@ -50,69 +50,6 @@ struct graph_pool_usage;
 }  // namespace syncmem::detail
 
 namespace syncmem::mr::detail::caching {
-
-// One resource's memory in one graph_pool.
-class private_pool {
- public:
-  private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
-               std::string name);
-  // Gives every segment back, after the device's work is done (no launch of
-  // a graph may still be using them). Every block is free by then.
-  ~private_pool();
-  private_pool(const private_pool&) = delete;
-  private_pool& operator=(const private_pool&) = delete;
-
-  // A block of at least `bytes` for capture number `capture` on stream `s`.
-  // @throws syncmem::out_of_memory naming the capture when the device has no room
-  [[nodiscard]] void* allocate(std::size_t bytes, stream_handle s, std::uint64_t capture);
-  // `p`, a block of this pool, is free: freed on `s`, during capture number
-  // `capture` (0: outside any capture). While the capture that allocated it
-  // is open, it is reused only when that capture freed it, and only on `s`.
-  void deallocate(void* p, stream_handle s, std::uint64_t capture) noexcept;
-  // Another stream than the one `p` was handed out on uses it (record_stream).
-  void used_on(void* p, stream_handle s);
-  // `p` as caching_resource::allocation_info answers; nullopt unless it is a live block here.
-  [[nodiscard]] std::optional<live_allocation> info(const void* p);
-  // The graph_pool's number.
-  [[nodiscard]] std::uint64_t pool_id() const noexcept { return pool_id_; }
-  // Every block, and those handed out (caching_resource::checkpoint).
-  [[nodiscard]] graph_pool_checkpoint checkpoint();
-  // Frees every live block, then hands out again those `c` found live
-  // (caching_resource::restore); checks first that each is a block here.
-  graph_pool_restored restore(const graph_pool_checkpoint& c);
-
- private:
-  // What a block freed in an open capture on `freeing` must wait for: the
-  // capture's frontier of `freeing` and of every stream in `users`; nullopt
-  // when one of them is outside the capture or the backend cannot tell.
-  std::optional<std::vector<syncmem::detail::capture_node>> reached_by(stream_handle freeing,
-                                                                       const std::vector<stream_handle>& users);
-  // Whether work enqueued next on `s` runs after every one of `nodes`.
-  bool follows(stream_handle s, const std::vector<syncmem::detail::capture_node>& nodes);
-
-  struct block {
-    std::size_t size = 0;
-    std::size_t requested = 0;  // while handed out
-    stream_handle stream{};     // the stream it was handed out on
-    bool free = false;
-    std::uint64_t allocated_in = 0;  // the capture it was last handed to
-    std::uint64_t freed_in = 0;      // allocated_in when it was freed
-    stream_handle freed_on{};        // the stream that freed it in that capture, or null
-    // The nodes of that capture that every stream using it had reached when
-    // it was freed: reusable on a stream that follows them all. nullopt: not
-    // in that capture.
-    std::optional<std::vector<syncmem::detail::capture_node>> freed_after;
-    std::vector<stream_handle> used_by;  // other streams record_stream named while it was handed out
-  };
-
-  device_id device_;
-  memory_resource* upstream_;
-  std::uint64_t pool_id_;                                     // the graph_pool's, for messages
-  std::shared_ptr<syncmem::detail::graph_pool_usage> usage_;  // the graph_pool's counts
-  std::string name_;
-  std::mutex mutex_;
-  std::map<void*, block> blocks_;  // every segment, by address
-};
 
 class private_pools : public std::enable_shared_from_this<private_pools> {
  public:

@@ -1,0 +1,450 @@
+#include "mr/caching/private_pool.hpp"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/backend.hpp"
+#include "core/capture_registry.hpp"
+#include "core/ignored_failure.hpp"
+#include "syncmem/device_guard.hpp"
+#include "syncmem/error.hpp"
+
+namespace syncmem::mr::detail::caching {
+
+namespace {
+
+constexpr std::size_t block_rounding = 512;
+constexpr std::size_t small_request = std::size_t{1} << 20;  // PyTorch's kSmallSize
+constexpr std::size_t small_segment = std::size_t{2} << 20;  // PyTorch's kSmallBuffer
+constexpr std::size_t segment_rounding = std::size_t{2} << 20;
+
+std::size_t round_up(std::size_t bytes, std::size_t to) { return (bytes + to - 1) / to * to; }
+std::size_t rounded(std::size_t bytes) { return round_up(std::max<std::size_t>(bytes, 1), block_rounding); }
+
+std::byte* at(void* p, std::size_t offset) { return static_cast<std::byte*>(p) + offset; }
+
+}  // namespace
+
+private_pool::private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
+                           std::string name)
+    : device_{device}, upstream_{upstream}, pool_id_{owner.id}, usage_{owner.usage}, name_{std::move(name)} {}
+
+private_pool::~private_pool() {
+  try {
+    device_guard guard{device_};
+    auto& backend = syncmem::detail::backend_for(device_);
+    // cudaFree waits for the device itself; an emulated free and an unmap do not.
+    if (!backend.traits().deallocate_waits_for_device || heap_ != nullptr) backend.synchronize_device(device_.index());
+    for (const auto& [p, bytes] : segments_) {
+      usage_->reserved.fetch_sub(bytes);
+      if (p == heap_) continue;
+      if (upstream_ != nullptr) {
+        upstream_->deallocate(p, bytes, default_stream(device_));
+      } else {
+        backend.deallocate(device_.index(), p, bytes);
+      }
+    }
+    if (heap_ != nullptr) {
+      backend.make_current(device_.index());
+      syncmem::detail::vmm_capability* const vmm = backend.virtual_memory();
+      for (std::size_t i = 0; i < heap_pages_.size(); ++i) {
+        vmm->unmap(device_.index(), at(heap_, i * page_), page_);
+        vmm->release(device_.index(), heap_pages_[i], page_);
+      }
+      vmm->free_address(device_.index(), heap_, heap_reserved_);
+    }
+  } catch (...) {
+    // the device is gone, and its memory with it
+    syncmem::detail::log_ignored("freeing a private pool's memory");
+  }
+}
+
+bool private_pool::reusable(const block& b, stream_handle s, std::uint64_t capture) {
+  if (b.freed_in != capture || b.freed_on == s) return true;
+  return b.freed_after && follows(s, *b.freed_after);
+}
+
+private_pool::block_map::iterator private_pool::find_fit(std::size_t size, bool small, stream_handle s,
+                                                         std::uint64_t capture) {
+  // The smallest reusable free block that fits (the lowest address among equals).
+  auto best = blocks_.end();
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+    const block& b = it->second;
+    if (!b.free || b.small != small || b.size < size) continue;
+    if (best != blocks_.end() && b.size >= best->second.size) continue;
+    if (reusable(b, s, capture)) best = it;
+  }
+  return best;
+}
+
+bool private_pool::coalesce() {
+  bool merged = false;
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+    while (merge_next(it)) merged = true;
+  }
+  return merged;
+}
+
+void* private_pool::allocate(std::size_t bytes, stream_handle s, std::uint64_t capture) {
+  const std::size_t size = rounded(bytes);
+  const bool small = size <= small_request;
+  std::lock_guard lock{mutex_};
+  auto best = find_fit(size, small, s, capture);
+  // Free neighbours kept apart while a capture was open may merge now.
+  if (best == blocks_.end() && coalesce()) best = find_fit(size, small, s, capture);
+  if (best == blocks_.end()) best = grow(size, small, s, capture);
+  if (best == blocks_.end()) {
+    oom_info info;
+    info.requested = bytes;
+    info.device = device_;
+    info.resource = name_;
+    info.reserved = usage_->reserved.load();
+    info.in_use = usage_->allocated.load();
+    info.hint = fmt::format(
+        "the allocation was made during a capture, from graph_pool {}; graphs that are no longer "
+        "needed release their pools' memory when destroyed",
+        pool_id_);
+    SYNCMEM_OUT_OF_MEMORY(std::move(info));
+  }
+  return hand_out(best, size, bytes, s, capture);
+}
+
+private_pool::block_map::iterator private_pool::grow(std::size_t size, bool small, stream_handle s,
+                                                     std::uint64_t capture) {
+  if (small) {
+    const auto it = new_segment(small_segment, true);
+    return it != blocks_.end() ? it : new_segment(size, true);
+  }
+  if (heap_ != nullptr || (!heap_tried_ && upstream_ == nullptr)) {
+    // The block at the growable segment's end grows, if it is free and may serve this request.
+    const auto end = segments_.find(heap_);
+    auto last = blocks_.end();
+    if (end != segments_.end() && end->second > 0) {
+      last = std::prev(blocks_.lower_bound(at(heap_, end->second)));
+      if (!last->second.free || !reusable(last->second, s, capture)) last = blocks_.end();
+    }
+    const std::size_t have = last != blocks_.end() ? last->second.size : 0;
+    const std::size_t mapped = end != segments_.end() ? end->second : 0;
+    if (grow_heap(size - have)) {
+      const std::size_t added = segments_.at(heap_) - mapped;
+      if (last != blocks_.end()) {
+        last->second.size += added;
+        return last;
+      }
+      block b;
+      b.segment = heap_;
+      b.size = added;
+      return blocks_.emplace(at(heap_, mapped), std::move(b)).first;
+    }
+    if (heap_ != nullptr) return blocks_.end();  // the device has no room
+  }
+  return new_segment(round_up(size, segment_rounding), false);
+}
+
+private_pool::block_map::iterator private_pool::new_segment(std::size_t size, bool small) {
+  device_guard guard{device_};
+  void* p = nullptr;
+  if (upstream_ != nullptr) {
+    try {
+      p = upstream_->allocate(size, default_stream(device_));
+    } catch (const syncmem::out_of_memory&) {
+      p = nullptr;
+    }
+  } else {
+    // The CUDA backend allocates in the relaxed capture mode: legal while this thread captures.
+    p = syncmem::detail::backend_for(device_).allocate(device_.index(), size);
+  }
+  if (p == nullptr) return blocks_.end();
+  block b;
+  b.segment = p;
+  b.size = size;
+  b.small = small;
+  try {
+    segments_.emplace(p, size);
+    const auto it = blocks_.emplace(p, std::move(b)).first;
+    usage_->reserved.fetch_add(size);
+    return it;
+  } catch (...) {
+    segments_.erase(p);
+    if (upstream_ != nullptr) {
+      upstream_->deallocate(p, size, default_stream(device_));
+    } else {
+      syncmem::detail::backend_for(device_).deallocate(device_.index(), p, size);
+    }
+    throw;
+  }
+}
+
+bool private_pool::grow_heap(std::size_t bytes) {
+  auto& backend = syncmem::detail::backend_for(device_);
+  syncmem::detail::vmm_capability* const vmm = backend.virtual_memory();
+  device_guard guard{device_};
+  backend.make_current(device_.index());  // the driver's virtual memory calls need the context current on this thread
+  if (!heap_tried_) {
+    heap_tried_ = true;
+    page_ = vmm == nullptr ? 0 : vmm->granularity(device_.index());
+    if (page_ == 0) return false;
+    // The device's memory: a pool never holds more.
+    const std::size_t reserve = round_up(backend.memory(device_.index()).total, page_);
+    try {
+      heap_ = vmm->reserve(device_.index(), reserve);
+    } catch (...) {
+      syncmem::detail::log_ignored("reserving a graph pool's growable segment");  // segments of their own instead
+      return false;
+    }
+    heap_reserved_ = reserve;
+    segments_.emplace(heap_, 0);
+  }
+  const std::size_t mapped = heap_pages_.size() * page_;
+  const std::size_t count = round_up(bytes, page_) / page_;
+  if (mapped + count * page_ > heap_reserved_) return false;
+  std::vector<syncmem::detail::physical_handle> pages;
+  pages.reserve(count);
+  const auto give_back = [&] {
+    for (const auto h : pages) vmm->release(device_.index(), h, page_);
+  };
+  try {
+    while (pages.size() < count) {
+      const auto h = vmm->create(device_.index(), page_);
+      if (h == 0) {
+        give_back();
+        return false;
+      }
+      pages.push_back(h);
+    }
+    vmm->map_pages(device_.index(), at(heap_, mapped), page_, pages.data(), count);
+    heap_pages_.reserve(heap_pages_.size() + count);
+  } catch (...) {
+    give_back();
+    throw;
+  }
+  heap_pages_.insert(heap_pages_.end(), pages.begin(), pages.end());
+  segments_.at(heap_) += count * page_;
+  usage_->reserved.fetch_add(count * page_);
+  return true;
+}
+
+void* private_pool::hand_out(block_map::iterator it, std::size_t size, std::size_t bytes, stream_handle s,
+                             std::uint64_t capture) {
+  if (it->second.size >= size + block_rounding) (void)split_at(it, at(it->first, size));
+  block& b = it->second;
+  b.free = false;
+  b.freed_after.reset();
+  b.used_by.clear();
+  b.allocated_in = capture;
+  b.requested = bytes;
+  b.stream = s;
+  usage_->allocated.fetch_add(b.size);
+  return it->first;
+}
+
+private_pool::block_map::iterator private_pool::split_at(block_map::iterator it, void* where) {
+  const auto offset = static_cast<std::size_t>(static_cast<std::byte*>(where) - static_cast<std::byte*>(it->first));
+  if (offset == 0) return it;
+  block rest = it->second;  // the same segment, and the same conditions of reuse
+  rest.size = it->second.size - offset;
+  const auto next = blocks_.emplace_hint(std::next(it), where, std::move(rest));
+  it->second.size = offset;
+  return next;
+}
+
+bool private_pool::combine(block& into, const block& other) {
+  // A capture that has ended constrains nothing: later captures reuse its blocks freely.
+  const auto open = [](const block& b) {
+    return b.freed_in != 0 && syncmem::detail::capture_open(b.freed_in) ? b.freed_in : 0;
+  };
+  const std::uint64_t mine = open(into);
+  const std::uint64_t theirs = open(other);
+  if (mine == 0 && theirs == 0) {
+    into.freed_in = 0;
+    into.freed_on = stream_handle{};
+    into.freed_after.reset();
+    return true;
+  }
+  // Apart while one half is free for the open capture and the other is not:
+  // merged, the first half would lose that (allocate merges them once the capture has ended).
+  if (mine != theirs) return false;
+  // Freed in the capture open now: reusable in it where both halves are.
+  const bool both_after = into.freed_after && other.freed_after;
+  if (into.freed_on != other.freed_on) {
+    if (!both_after) return false;
+    into.freed_on = stream_handle{};
+  }
+  if (both_after) {
+    auto& nodes = *into.freed_after;
+    nodes.insert(nodes.end(), other.freed_after->begin(), other.freed_after->end());
+    std::sort(nodes.begin(), nodes.end());
+    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  } else {
+    into.freed_after.reset();
+  }
+  return true;
+}
+
+bool private_pool::merge_next(block_map::iterator it) {
+  const auto next = std::next(it);
+  if (next == blocks_.end() || !it->second.free || !next->second.free) return false;
+  if (next->second.segment != it->second.segment || at(it->first, it->second.size) != next->first) return false;
+  block merged = it->second;
+  if (!combine(merged, next->second)) return false;
+  merged.size += next->second.size;
+  it->second = std::move(merged);
+  blocks_.erase(next);
+  return true;
+}
+
+void private_pool::merge(block_map::iterator it) {
+  (void)merge_next(it);
+  if (it != blocks_.begin()) (void)merge_next(std::prev(it));
+}
+
+void private_pool::deallocate(void* p, stream_handle s, std::uint64_t capture) noexcept {
+  std::lock_guard lock{mutex_};
+  const auto it = blocks_.find(p);
+  if (it == blocks_.end() || it->second.free) return;
+  it->second.free = true;
+  // Reusable at once by the capture that allocated it only where that capture
+  // freed it, on the stream that will allocate; by any later capture always.
+  block& b = it->second;
+  b.freed_in = b.allocated_in;
+  const bool same_capture = capture != 0 && capture == b.allocated_in;
+  b.freed_on = same_capture && b.used_by.empty() ? s : stream_handle{};
+  b.freed_after.reset();
+  if (same_capture) {
+    try {
+      b.freed_after = reached_by(s, b.used_by);
+    } catch (...) {
+      syncmem::detail::log_ignored("reading a capture's graph");  // not reused in this capture
+    }
+  }
+  b.used_by.clear();
+  usage_->allocated.fetch_sub(b.size);
+  try {
+    merge(it);
+  } catch (...) {
+    syncmem::detail::log_ignored("merging a freed block of a graph pool");  // it stays apart
+  }
+}
+void private_pool::used_on(void* p, stream_handle s) {
+  std::lock_guard lock{mutex_};
+  const auto it = blocks_.find(p);
+  if (it == blocks_.end() || it->second.free || it->second.stream == s) return;
+  auto& users = it->second.used_by;
+  if (std::find(users.begin(), users.end(), s) == users.end()) users.push_back(s);
+}
+
+std::optional<std::vector<syncmem::detail::capture_node>> private_pool::reached_by(
+    stream_handle freeing, const std::vector<stream_handle>& users) {
+  syncmem::detail::graph_capability* const graphs = syncmem::detail::backend_for(device_).graphs();
+  if (graphs == nullptr) return std::nullopt;
+  auto nodes = graphs->capture_frontier(device_.index(), freeing);
+  for (const stream_handle user : users) {
+    if (!nodes) return std::nullopt;
+    // A stream outside the capture orders nothing in its graph.
+    const auto more = graphs->capture_frontier(device_.index(), user);
+    if (!more) return std::nullopt;
+    nodes->insert(nodes->end(), more->begin(), more->end());
+  }
+  return nodes;
+}
+
+bool private_pool::follows(stream_handle s, const std::vector<syncmem::detail::capture_node>& nodes) {
+  if (nodes.empty()) return true;
+  syncmem::detail::graph_capability* const graphs = syncmem::detail::backend_for(device_).graphs();
+  try {
+    return graphs != nullptr && graphs->capture_follows(device_.index(), s, nodes);
+  } catch (...) {
+    syncmem::detail::log_ignored("reading a capture's graph");
+    return false;
+  }
+}
+
+std::optional<live_allocation> private_pool::info(const void* p) {
+  std::lock_guard lock{mutex_};
+  const auto it = blocks_.find(const_cast<void*>(p));  // NOLINT(cppcoreguidelines-pro-type-const-cast): a key only
+  if (it == blocks_.end() || it->second.free) return std::nullopt;
+  return live_allocation{it->second.requested, it->second.size,
+                         syncmem::detail::stream_access::make(device_, it->second.stream), segment_pool::graph};
+}
+
+graph_pool_checkpoint private_pool::checkpoint() {
+  graph_pool_checkpoint c;
+  c.pool_id = pool_id_;
+  std::lock_guard lock{mutex_};
+  for (const auto& [p, bytes] : segments_) {
+    if (bytes > 0) c.segments.emplace_back(p, bytes);
+  }
+  for (const auto& [p, b] : blocks_) {
+    if (!b.free) {
+      c.live.push_back({p, live_allocation{b.requested, b.size, syncmem::detail::stream_access::make(device_, b.stream),
+                                           segment_pool::graph}});
+    }
+  }
+  return c;
+}
+
+graph_pool_restored private_pool::restore(const graph_pool_checkpoint& c) {
+  std::lock_guard lock{mutex_};
+  // Each of the checkpoint's blocks lies in a segment here, apart from the others.
+  std::vector<graph_pool_block> wanted = c.live;
+  std::sort(wanted.begin(), wanted.end(), [](const auto& x, const auto& y) { return x.ptr < y.ptr; });
+  const void* end_of_last = nullptr;
+  for (const graph_pool_block& x : wanted) {
+    const auto seg = segments_.upper_bound(x.ptr);
+    const bool inside = seg != segments_.begin() && x.allocation.block_bytes > 0 &&
+                        at(x.ptr, x.allocation.block_bytes) <= at(std::prev(seg)->first, std::prev(seg)->second);
+    SYNCMEM_EXPECTS(inside && x.ptr >= end_of_last,
+                    fmt::format("{}: restore: the checkpoint's block at {} ({} bytes) is not a block of graph_pool {} "
+                                "here any more",
+                                name_, x.ptr, x.allocation.block_bytes, pool_id_));
+    end_of_last = at(x.ptr, x.allocation.block_bytes);
+  }
+  graph_pool_restored r;
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+    block& b = it->second;
+    if (b.free) continue;
+    r.freed.push_back(
+        {it->first, live_allocation{b.requested, b.size, syncmem::detail::stream_access::make(device_, b.stream),
+                                    segment_pool::graph}});
+    // Freed outside any capture: any later capture may reuse it.
+    b.free = true;
+    b.freed_in = 0;
+    b.freed_on = stream_handle{};
+    b.freed_after.reset();
+    b.used_by.clear();
+    usage_->allocated.fetch_sub(b.size);
+  }
+  for (const graph_pool_block& x : wanted) {
+    carve(x);
+    r.allocated.push_back({x.ptr, live_allocation{x.allocation.requested_bytes, x.allocation.block_bytes,
+                                                  x.allocation.stream, segment_pool::graph}});
+  }
+  // What lies between the carved blocks is free, in as few blocks as their conditions allow.
+  (void)coalesce();
+  return r;
+}
+
+void private_pool::carve(const graph_pool_block& x) {
+  void* const end = at(x.ptr, x.allocation.block_bytes);
+  auto first = split_at(std::prev(blocks_.upper_bound(x.ptr)), x.ptr);
+  const auto last = std::prev(blocks_.lower_bound(end));
+  if (at(last->first, last->second.size) > end) (void)split_at(last, end);
+  // Every block from x.ptr to end is free (restore freed them all): one block now.
+  block& b = first->second;
+  b.size = x.allocation.block_bytes;
+  blocks_.erase(std::next(first), blocks_.lower_bound(end));
+  b.free = false;
+  b.freed_in = 0;
+  b.freed_on = stream_handle{};
+  b.freed_after.reset();
+  b.used_by.clear();
+  b.allocated_in = 0;
+  b.requested = x.allocation.requested_bytes;
+  b.stream = x.allocation.stream.handle();
+  usage_->allocated.fetch_add(b.size);
+}
+
+}  // namespace syncmem::mr::detail::caching
