@@ -768,6 +768,42 @@ TYPED_TEST(GraphPools, FreedNeighboursMergeAndALargerGraphGrowsTheFreeEnd) {
   }
 }
 
+// Large blocks of each stream come from a range of that stream, as PyTorch
+// keeps an expandable segment per stream: two streams capturing into one
+// pool hold two segments, and each stream's blocks stay side by side.
+TYPED_TEST(GraphPools, EachStreamCutsLargeBlocksFromARangeOfItsOwn) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, t{this->dev()};
+  const std::size_t n = 2 * MiB + rng()() % MiB;
+  graph_pool pool;
+  std::vector<void*> blocks;
+  std::vector<graph> graphs;
+  for (stream* on : {&s, &t, &s}) {
+    begin_capture(*on, pool);
+    blocks.push_back(resource.allocate(n, *on));
+    device_add_bytes(*on, blocks.back(), n, 1);
+    graphs.push_back(end_capture(*on));
+  }
+  const mr::graph_pool_checkpoint c = resource.checkpoint(pool);
+  ASSERT_EQ(c.segments.size(), 2u) << "one growable segment per stream";
+  const auto segment_of = [&](const void* p) {
+    for (std::size_t i = 0; i < c.segments.size(); ++i) {
+      const auto& [base, bytes] = c.segments[i];
+      if (overlaps(p, 1, base, bytes)) return i;
+    }
+    return c.segments.size();
+  };
+  EXPECT_EQ(segment_of(blocks[0]), segment_of(blocks[2]));
+  EXPECT_NE(segment_of(blocks[0]), segment_of(blocks[1]));
+  EXPECT_LT(segment_of(blocks[1]), c.segments.size());
+  s.synchronize();
+  t.synchronize();
+  resource.deallocate(blocks[0], n, s);
+  resource.deallocate(blocks[1], n, t);
+  resource.deallocate(blocks[2], n, s);
+}
+
 // A restore puts the checkpoint's blocks back where they were even when the
 // pool has merged them into a larger block since: that block is freed, the
 // checkpoint's blocks are cut out of it, and the rest stays free.

@@ -37,24 +37,26 @@ private_pool::~private_pool() {
     device_guard guard{device_};
     auto& backend = syncmem::detail::backend_for(device_);
     // cudaFree waits for the device itself; an emulated free and an unmap do not.
-    if (!backend.traits().deallocate_waits_for_device || heap_ != nullptr) backend.synchronize_device(device_.index());
+    if (!backend.traits().deallocate_waits_for_device || !heaps_.empty()) backend.synchronize_device(device_.index());
     for (const auto& [p, bytes] : segments_) {
       usage_->reserved.fetch_sub(bytes);
-      if (p == heap_) continue;
+      const bool growable =
+          std::any_of(heaps_.begin(), heaps_.end(), [q = p](const auto& h) { return h.second.base == q; });
+      if (growable) continue;
       if (upstream_ != nullptr) {
         upstream_->deallocate(p, bytes, default_stream(device_));
       } else {
         backend.deallocate(device_.index(), p, bytes);
       }
     }
-    if (heap_ != nullptr) {
-      backend.make_current(device_.index());
+    if (!heaps_.empty()) backend.make_current(device_.index());
+    for (const auto& [s, h] : heaps_) {
       syncmem::detail::vmm_capability* const vmm = backend.virtual_memory();
-      for (std::size_t i = 0; i < heap_pages_.size(); ++i) {
-        vmm->unmap(device_.index(), at(heap_, i * page_), page_);
-        vmm->release(device_.index(), heap_pages_[i], page_);
+      for (std::size_t i = 0; i < h.pages.size(); ++i) {
+        vmm->unmap(device_.index(), at(h.base, i * page_), page_);
+        vmm->release(device_.index(), h.pages[i], page_);
       }
-      vmm->free_address(device_.index(), heap_, heap_reserved_);
+      vmm->free_address(device_.index(), h.base, h.reserved);
     }
   } catch (...) {
     // the device is gone, and its memory with it
@@ -118,28 +120,25 @@ private_pool::block_map::iterator private_pool::grow(std::size_t size, bool smal
     const auto it = new_segment(small_segment, true);
     return it != blocks_.end() ? it : new_segment(size, true);
   }
-  if (heap_ != nullptr || (!heap_tried_ && upstream_ == nullptr)) {
-    // The block at the growable segment's end grows, if it is free and may serve this request.
-    const auto end = segments_.find(heap_);
+  if (heap* const h = upstream_ == nullptr ? heap_for(s) : nullptr) {
+    // The block at the segment's end grows, if it is free and may serve this request.
+    const std::size_t mapped = h->pages.size() * page_;
     auto last = blocks_.end();
-    if (end != segments_.end() && end->second > 0) {
-      last = std::prev(blocks_.lower_bound(at(heap_, end->second)));
+    if (mapped > 0) {
+      last = std::prev(blocks_.lower_bound(at(h->base, mapped)));
       if (!last->second.free || !reusable(last->second, s, capture)) last = blocks_.end();
     }
     const std::size_t have = last != blocks_.end() ? last->second.size : 0;
-    const std::size_t mapped = end != segments_.end() ? end->second : 0;
-    if (grow_heap(size - have)) {
-      const std::size_t added = segments_.at(heap_) - mapped;
-      if (last != blocks_.end()) {
-        last->second.size += added;
-        return last;
-      }
-      block b;
-      b.segment = heap_;
-      b.size = added;
-      return blocks_.emplace(at(heap_, mapped), std::move(b)).first;
+    if (!grow_heap(*h, size - have)) return blocks_.end();  // the device has no room
+    const std::size_t added = h->pages.size() * page_ - mapped;
+    if (last != blocks_.end()) {
+      last->second.size += added;
+      return last;
     }
-    if (heap_ != nullptr) return blocks_.end();  // the device has no room
+    block b;
+    b.segment = h->base;
+    b.size = added;
+    return blocks_.emplace(at(h->base, mapped), std::move(b)).first;
   }
   return new_segment(round_up(size, segment_rounding), false);
 }
@@ -178,51 +177,66 @@ private_pool::block_map::iterator private_pool::new_segment(std::size_t size, bo
   }
 }
 
-bool private_pool::grow_heap(std::size_t bytes) {
+private_pool::heap* private_pool::heap_for(stream_handle s) {
+  if (const auto it = heaps_.find(s); it != heaps_.end()) return &it->second;
   auto& backend = syncmem::detail::backend_for(device_);
   syncmem::detail::vmm_capability* const vmm = backend.virtual_memory();
   device_guard guard{device_};
   backend.make_current(device_.index());  // the driver's virtual memory calls need the context current on this thread
-  if (!heap_tried_) {
-    heap_tried_ = true;
+  if (!vmm_tried_) {
+    vmm_tried_ = true;
     page_ = vmm == nullptr ? 0 : vmm->granularity(device_.index());
-    if (page_ == 0) return false;
-    // The device's memory: a pool never holds more.
-    const std::size_t reserve = round_up(backend.memory(device_.index()).total, page_);
-    try {
-      heap_ = vmm->reserve(device_.index(), reserve);
-    } catch (...) {
-      syncmem::detail::log_ignored("reserving a graph pool's growable segment");  // segments of their own instead
-      return false;
-    }
-    heap_reserved_ = reserve;
-    segments_.emplace(heap_, 0);
   }
-  const std::size_t mapped = heap_pages_.size() * page_;
+  if (page_ == 0) return nullptr;
+  heap h;
+  // The device's memory: a pool never holds more.
+  h.reserved = round_up(backend.memory(device_.index()).total, page_);
+  try {
+    h.base = vmm->reserve(device_.index(), h.reserved);
+  } catch (...) {
+    syncmem::detail::log_ignored("reserving a graph pool's growable segment");  // segments of their own instead
+    return nullptr;
+  }
+  try {
+    segments_.emplace(h.base, 0);
+    return &heaps_.emplace(s, std::move(h)).first->second;
+  } catch (...) {
+    segments_.erase(h.base);
+    vmm->free_address(device_.index(), h.base, h.reserved);
+    throw;
+  }
+}
+
+bool private_pool::grow_heap(heap& h, std::size_t bytes) {
+  auto& backend = syncmem::detail::backend_for(device_);
+  syncmem::detail::vmm_capability* const vmm = backend.virtual_memory();
+  device_guard guard{device_};
+  backend.make_current(device_.index());
+  const std::size_t mapped = h.pages.size() * page_;
   const std::size_t count = round_up(bytes, page_) / page_;
-  if (mapped + count * page_ > heap_reserved_) return false;
+  if (mapped + count * page_ > h.reserved) return false;
   std::vector<syncmem::detail::physical_handle> pages;
   pages.reserve(count);
   const auto give_back = [&] {
-    for (const auto h : pages) vmm->release(device_.index(), h, page_);
+    for (const auto p : pages) vmm->release(device_.index(), p, page_);
   };
   try {
     while (pages.size() < count) {
-      const auto h = vmm->create(device_.index(), page_);
-      if (h == 0) {
+      const auto p = vmm->create(device_.index(), page_);
+      if (p == 0) {
         give_back();
         return false;
       }
-      pages.push_back(h);
+      pages.push_back(p);
     }
-    vmm->map_pages(device_.index(), at(heap_, mapped), page_, pages.data(), count);
-    heap_pages_.reserve(heap_pages_.size() + count);
+    h.pages.reserve(h.pages.size() + count);
+    vmm->map_pages(device_.index(), at(h.base, mapped), page_, pages.data(), count);
   } catch (...) {
     give_back();
     throw;
   }
-  heap_pages_.insert(heap_pages_.end(), pages.begin(), pages.end());
-  segments_.at(heap_) += count * page_;
+  h.pages.insert(h.pages.end(), pages.begin(), pages.end());
+  segments_.at(h.base) += count * page_;
   usage_->reserved.fetch_add(count * page_);
   return true;
 }

@@ -87,6 +87,12 @@ class private_pool {
     std::vector<stream_handle> used_by;  // other streams record_stream named while it was handed out
   };
   using block_map = std::map<void*, block>;
+  // A growable segment: reserved address space, pages mapped from its start.
+  struct heap {
+    void* base = nullptr;
+    std::size_t reserved = 0;
+    std::vector<syncmem::detail::physical_handle> pages;
+  };
 
   // Whether `b`, free, may be handed out in capture `capture` on `s`.
   bool reusable(const block& b, stream_handle s, std::uint64_t capture);
@@ -94,14 +100,16 @@ class private_pool {
   block_map::iterator find_fit(std::size_t size, bool small, stream_handle s, std::uint64_t capture);
   // Merges every pair of free neighbours that may merge; whether any did.
   bool coalesce();
-  // A free block of at least `size` bytes on new memory: the growable
-  // segment's end extended, or a segment of its own; blocks_.end() when the
-  // device has no room.
+  // A free block of at least `size` bytes on new memory: the end of the
+  // growable segment of `s` extended, or a segment of its own; blocks_.end()
+  // when the device has no room.
   block_map::iterator grow(std::size_t size, bool small, stream_handle s, std::uint64_t capture);
   block_map::iterator new_segment(std::size_t size, bool small);
-  // Maps pages at the growable segment's end for `bytes` more; false when the
-  // device has no room, or no virtual memory management.
-  bool grow_heap(std::size_t bytes);
+  // The growable segment of `s`, reserved on first use; nullptr without
+  // virtual memory management (or address space).
+  heap* heap_for(stream_handle s);
+  // Maps pages at the end of `h` for `bytes` more; false when the device has no room.
+  bool grow_heap(heap& h, std::size_t bytes);
   // Hands out `it` for `bytes` (`size` rounded), splitting off the rest.
   void* hand_out(block_map::iterator it, std::size_t size, std::size_t bytes, stream_handle s, std::uint64_t capture);
   // Splits the block at `it` at `at` (inside it); returns the part from `at`.
@@ -124,12 +132,11 @@ class private_pool {
   std::mutex mutex_;
   std::map<void*, std::size_t> segments_;  // every segment, by address, with its bytes (mapped, if growable)
   block_map blocks_;                       // every block, by address: they tile the segments
-  // The growable segment: reserved address space, pages mapped from its start.
-  void* heap_ = nullptr;
-  std::size_t heap_reserved_ = 0;
-  std::size_t page_ = 0;
-  bool heap_tried_ = false;
-  std::vector<syncmem::detail::physical_handle> heap_pages_;
+  // One per stream that allocated large blocks, as PyTorch keeps an
+  // expandable segment per stream.
+  std::map<stream_handle, heap> heaps_;
+  std::size_t page_ = 0;  // their page size; 0 without virtual memory management
+  bool vmm_tried_ = false;
 };
 
 }  // namespace syncmem::mr::detail::caching
