@@ -22,12 +22,14 @@ A process runs --warmup rounds over every batch size (the graph trees run a
 new graph once eagerly, record it the second time and replay it from the
 third, so at least 2 rounds make the timed steps replays), then --steps timed
 steps, their batch sizes drawn from a fixed seed; each step is timed from a
-synchronized device to torch.cuda.synchronize() after it. The driver runs
---processes rounds, the modes alternating process by process so that drift of
-the machine does not pick a winner, and reports per workload and mode the
-median step time with its spread (min..max of the processes' medians), the
-warm-up's seconds (compiling, from Inductor's on-disk cache in all but the
-first processes, and recording) and, measured from the first warm-up step to
+synchronized device to torch.cuda.synchronize() after it. The driver first
+runs one process per workload that is not counted (--no-prime: none): it
+compiles the model into Inductor's on-disk cache, which takes more time and
+device memory than loading it. Then it runs --processes rounds, the modes
+alternating process by process so that drift of the machine does not pick a
+winner, and reports per workload and mode the median step time with its
+spread (min..max of the processes' medians), the warm-up's seconds (compiling
+from the cache, and recording) and, measured from the first warm-up step to
 the last timed step:
   reserved   torch.cuda.max_memory_reserved(); res/alloc is its ratio to
              torch.cuda.max_memory_allocated(). syncmem's statistics leave
@@ -329,6 +331,14 @@ def drive(args) -> int:
     modes = choices(args.modes, MODES, "--modes")
     runs: dict[str, dict[str, list[dict]]] = {w: {m: [] for m in modes} for w in workloads}
     unavailable: dict[str, dict] = {}
+    primed: dict[str, dict] = {}
+    if args.prime:
+        # The first process compiles the model into Inductor's on-disk cache,
+        # taking more memory and time than the processes after it: not counted.
+        for w in workloads:
+            r = primed[w] = run_worker(args, w, modes[0])
+            outcome = r.get("error") or f"device {r['device_peak'] / 2**20:.0f} MiB, warm-up {r['warmup_s']:.1f} s"
+            print(f"  priming {w} {modes[0]} (not counted): {outcome}", file=sys.stderr, flush=True)
     for round_ in range(args.processes):
         for w in workloads:
             order = modes if round_ % 2 == 0 else list(reversed(modes))
@@ -360,7 +370,8 @@ def drive(args) -> int:
     print_failures(runs)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"summary": summary, "references": references, "runs": runs, "processes": args.processes,
+            json.dump({"summary": summary, "references": references, "runs": runs, "primed": primed,
+                       "processes": args.processes,
                        "scale": args.scale, "steps": args.steps, "warmup_rounds": args.warmup, "seed": args.seed,
                        "tolerance": TOLERANCE}, f, indent=1)
     failed = any("error" in r for w in runs.values() for rs in w.values() for r in rs)
@@ -379,13 +390,16 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="a tiny model and few steps: checks that it runs end to end")
     p.add_argument("--json", help="write the summary and every process's figures here")
     p.add_argument("--process-timeout", type=float, default=900, help="seconds a worker may take")
+    p.add_argument("--prime", action=argparse.BooleanOptionalAction, default=None,
+                   help="first run one uncounted process per workload that fills Inductor's cache (default: on, "
+                        "off with --smoke)")
     p.add_argument("--worker", metavar="WORKLOAD", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="torch-default", help=argparse.SUPPRESS)
     p.add_argument("--scale", choices=tuple(SCALES), help=argparse.SUPPRESS)
     args = p.parse_args()
     smoke = args.smoke or args.scale == "smoke"
     args.scale = "smoke" if smoke else "full"
-    for name, full, small in (("processes", 3, 1), ("steps", 40, 6), ("warmup", 3, 2)):
+    for name, full, small in (("processes", 3, 1), ("steps", 40, 6), ("warmup", 3, 2), ("prime", True, False)):
         if getattr(args, name) is None:
             setattr(args, name, small if smoke else full)
     if args.worker:
