@@ -16,7 +16,7 @@ namespace syncmem::interop {
 void append_segments(c10::cuda::CUDACachingAllocator::SnapshotInfo& info, c10::DeviceIndex device,
                      const mr::allocator_snapshot& snap, torch_history& history, c10::MempoolId_t owner = {0, 0});
 
-// A CUDA graph pool's blocks, each a segment of its own (graph pools never split).
+// A CUDA graph pool's segments: its live blocks, and free blocks in the gaps between them.
 void append_graph_pool(c10::cuda::CUDACachingAllocator::SnapshotInfo& info, c10::DeviceIndex device,
                        c10::MempoolId_t owner, const mr::graph_pool_checkpoint& pool, torch_history& history);
 
