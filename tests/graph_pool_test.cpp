@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -802,6 +803,126 @@ TYPED_TEST(GraphPools, EachStreamCutsLargeBlocksFromARangeOfItsOwn) {
   resource.deallocate(blocks[0], n, s);
   resource.deallocate(blocks[1], n, t);
   resource.deallocate(blocks[2], n, s);
+}
+
+// Random captures on two streams into one pool, with blocks of every size
+// class allocated and freed inside and outside them, checkpoints taken and
+// restored: after every step the pool's live blocks are exactly those the test
+// holds, each inside one segment and none overlapping another, and the pool's
+// counts add up (reserved: its segments; allocated: its live blocks); the
+// other stream, outside the captures, never gets the pool's memory, and the
+// segments go back with the pool.
+TYPED_TEST(GraphPools, RandomSplitsAndMergesKeepThePoolsLayoutExact) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> with_upstream;
+  std::optional<mr::caching_resource> own;
+  for (const bool growable : {true, false}) {
+    mr::caching_resource* resource = nullptr;
+    if (growable) {
+      resource = &own.emplace(this->dev());  // large blocks from growable segments
+    } else {
+      resource = &with_upstream.emplace(this->dev(), mr::caching_options{}, &upstream);  // segments of their own
+    }
+    stream s{this->dev()}, t{this->dev()};
+    auto& r = rng();
+    struct held {
+      std::size_t n;
+      stream* on;
+    };
+    std::map<void*, held> live;  // the pool's blocks the test holds
+    std::optional<graph_pool> pool{std::in_place};
+    std::vector<graph> graphs;
+    std::optional<std::pair<mr::graph_pool_checkpoint, std::map<void*, held>>> saved;
+    const auto size_of = [&] {
+      switch (r() % 4) {
+        case 0:
+          return std::size_t{1} + r() % 4096;
+        case 1:
+          return std::size_t{4096} + r() % MiB;
+        case 2:
+          return MiB + 1 + r() % (3 * MiB);
+        default:
+          return 4 * MiB + r() % (8 * MiB);
+      }
+    };
+    const auto check = [&](int step) {
+      const mr::graph_pool_checkpoint c = resource->checkpoint(*pool);
+      std::size_t reserved = 0, allocated = 0;
+      for (const auto& [base, bytes] : c.segments) reserved += bytes;
+      ASSERT_EQ(pool->reserved_bytes(), reserved) << "step " << step;
+      ASSERT_EQ(c.live.size(), live.size()) << "step " << step;
+      const std::uint8_t* end_of_last = nullptr;
+      for (const auto& b : c.live) {
+        const auto it = live.find(b.ptr);
+        ASSERT_NE(it, live.end()) << "step " << step << ": a live block the test does not hold";
+        ASSERT_EQ(b.allocation.requested_bytes, it->second.n) << "step " << step;
+        ASSERT_GE(b.allocation.block_bytes, it->second.n) << "step " << step;
+        const auto* start = static_cast<const std::uint8_t*>(b.ptr);
+        ASSERT_GE(start, end_of_last) << "step " << step << ": live blocks overlap";
+        end_of_last = start + b.allocation.block_bytes;
+        const bool inside = std::any_of(c.segments.begin(), c.segments.end(), [&](const auto& seg) {
+          const auto* base = static_cast<const std::uint8_t*>(seg.first);
+          return start >= base && end_of_last <= base + seg.second;
+        });
+        ASSERT_TRUE(inside) << "step " << step << ": a block outside every segment";
+        allocated += b.allocation.block_bytes;
+      }
+      ASSERT_EQ(pool->allocated_bytes(), allocated) << "step " << step;
+    };
+    for (int capture = 0; capture < 24; ++capture) {
+      stream& on = r() % 2 == 0 ? s : t;
+      stream& other = &on == &s ? t : s;
+      begin_capture(on, *pool);
+      for (int op = 0; op < 12; ++op) {
+        const int step = capture * 100 + op;
+        if (r() % 3 != 0 || live.empty()) {
+          const std::size_t n = size_of();
+          live.emplace(resource->allocate(n, on), held{n, &on});
+        } else {
+          auto it = live.begin();
+          std::advance(it, static_cast<std::ptrdiff_t>(r() % live.size()));
+          resource->deallocate(it->first, it->second.n, on);
+          live.erase(it);
+        }
+        check(step);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      graphs.push_back(end_capture(on));
+      // The other stream, outside any capture, never gets the pool's memory.
+      const std::size_t n = size_of();
+      void* ordinary = resource->allocate(n, other);
+      for (const auto& [p, h] : live) ASSERT_FALSE(overlaps(ordinary, n, p, h.n)) << "capture " << capture;
+      resource->deallocate(ordinary, n, other);
+      if (r() % 4 == 0 && !live.empty()) {  // a block freed outside the capture that made it
+        auto it = live.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(r() % live.size()));
+        other.synchronize();
+        it->second.on->synchronize();
+        resource->deallocate(it->first, it->second.n, *it->second.on);
+        live.erase(it);
+      }
+      if (r() % 3 == 0) {
+        saved.emplace(resource->checkpoint(*pool), live);
+      } else if (saved && r() % 2 == 0) {
+        s.synchronize();
+        t.synchronize();
+        (void)resource->restore(saved->first);
+        live = saved->second;
+      }
+      check(capture * 100 + 99);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    s.synchronize();
+    t.synchronize();
+    for (const auto& [p, h] : live) resource->deallocate(p, h.n, *h.on);
+    graphs.clear();
+    pool.reset();
+    resource->empty_cache();
+  }
+  own.reset();
+  with_upstream.reset();
+  EXPECT_EQ(upstream.live.load(), 0) << "the pool's segments go back with it";
 }
 
 // A restore puts the checkpoint's blocks back where they were even when the
