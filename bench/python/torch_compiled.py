@@ -38,6 +38,8 @@ the last timed step:
   device     the most device memory in use (cudaMemGetInfo, read after every
              step) above what was in use before the model was made: the pools
              of every allocator, graph pools included
+(each process's line also gives, from torch.cuda.memory_snapshot() after the
+last step, the memory of the ordinary cache and of the graph pools apart)
 and whether its outputs match torch-default's (the first torch-default process
 that succeeded; the first listed mode's without one): the logits of a fixed
 probe batch per batch size (256 values at fixed places, and the sum over the
@@ -208,6 +210,15 @@ def run_one(workload: str, mode: str, scale_name: str, steps: int, warmup: int, 
     times = [timed_step(ids) for ids in inputs[len(warm_sizes):]]
     peak_reserved = torch.cuda.max_memory_reserved()
     peak_allocated = torch.cuda.max_memory_allocated()
+    # Where the memory is at the end, graph pools apart (they never shrink):
+    # what tells a graph pool's layout from the ordinary cache's.
+    pools: dict[str, dict[str, int]] = {}
+    for segment in torch.cuda.memory_snapshot():
+        kind = "ordinary" if tuple(segment["segment_pool_id"]) == (0, 0) else "graph"
+        entry = pools.setdefault(kind, {"segments": 0, "reserved": 0, "allocated": 0})
+        entry["segments"] += 1
+        entry["reserved"] += segment["total_size"]
+        entry["allocated"] += segment["allocated_size"]
     if optimizer is None:
         fingerprint = probe_fingerprint(model, torch, vocab, batches, sequence, seed)
     else:
@@ -227,6 +238,7 @@ def run_one(workload: str, mode: str, scale_name: str, steps: int, warmup: int, 
         "peak_allocated": peak_allocated,
         "peak_ratio": peak_reserved / peak_allocated if peak_allocated else 0.0,
         "device_peak": max(device_used),
+        "pools_at_end": pools,
         "compiled_graphs": counter_total("stats", "unique_graphs"),
         "graph_breaks": counter_total("graph_break"),
         "cudagraph_skips": counter_total("inductor", "cudagraph_skips"),
@@ -353,9 +365,11 @@ def drive(args) -> int:
                     if "syncmem.torch is not available" in r["stderr"]:
                         unavailable[m] = r
                 else:
+                    pools = ", ".join(f"{kind} {p['reserved'] / 2**20:.0f} MiB in {p['segments']}"
+                                      for kind, p in sorted(r.get("pools_at_end", {}).items()))
                     print(f"  round {round_ + 1} {w} {m}: {r['median_step_ms']:.2f} ms/step, warm-up "
-                          f"{r['warmup_s']:.1f} s, device {r['device_peak'] / 2**20:.0f} MiB", file=sys.stderr,
-                          flush=True)
+                          f"{r['warmup_s']:.1f} s, device {r['device_peak'] / 2**20:.0f} MiB (at the end: {pools})",
+                          file=sys.stderr, flush=True)
     summary: dict[str, dict[str, dict]] = {}
     references: dict[str, str | None] = {}
     for w in workloads:
