@@ -63,11 +63,10 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 
-from torch_modes import choices, enable_allocator, mode_environment, tail
+from torch_modes import choices, enable_allocator, run_worker_process
 
 MODES = ("torch-default", "torch-expandable", "syncmem-default")
 WORKLOADS = ("gpt2-infer", "gpt2-train")
@@ -254,17 +253,7 @@ def run_one(workload: str, mode: str, scale_name: str, steps: int, warmup: int, 
 def run_worker(args, workload: str, mode: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", workload, "--mode", mode, "--scale", args.scale,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed)]
-    failed = {"workload": workload, "mode": mode}
-    try:
-        proc = subprocess.run(cmd, check=False, env=mode_environment(mode), capture_output=True, text=True,
-                              timeout=args.process_timeout)
-    except subprocess.TimeoutExpired as e:
-        return failed | {"error": f"timed out after {args.process_timeout:.0f} s", "stderr": tail(e.stderr)}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        status = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        return failed | {"error": status, "stderr": tail(proc.stderr)}
-    return json.loads(lines[-1])
+    return run_worker_process(cmd, mode, args.process_timeout, {"workload": workload, "mode": mode})
 
 
 def compare(reference: dict, other: dict, rtol: float, atol: float) -> tuple[bool, float]:

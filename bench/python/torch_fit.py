@@ -36,11 +36,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from torch_modes import choices, enable_allocator, mode_environment, tail
+from torch_modes import choices, enable_allocator, run_worker_process
 
 WORKLOADS = ("gpt2", "resnet50")
 MODES = ("torch-default", "torch-expandable", "syncmem-default")
@@ -185,17 +184,7 @@ def run_worker(args, workload: str, mode: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", workload, "--mode", mode, "--scale", args.scale,
            "--cap-gib", str(args.cap_gib), "--tries-steps", str(args.tries_steps), "--steps", str(args.steps),
            "--seed", str(args.seed)]
-    failed = {"workload": workload, "mode": mode}
-    try:
-        proc = subprocess.run(cmd, check=False, env=mode_environment(mode), capture_output=True, text=True,
-                              timeout=args.process_timeout)
-    except subprocess.TimeoutExpired as e:
-        return failed | {"error": f"timed out after {args.process_timeout:.0f} s", "stderr": tail(e.stderr)}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        status = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        return failed | {"error": status, "stderr": tail(proc.stderr)}
-    return json.loads(lines[-1])
+    return run_worker_process(cmd, mode, args.process_timeout, {"workload": workload, "mode": mode})
 
 
 def summarize(runs: list[dict]) -> dict:

@@ -10,7 +10,9 @@ and workloads asked for, and the end of a failed worker's output.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 
 
 def mode_environment(mode: str, syncmem_conf: str | None = None) -> dict[str, str]:
@@ -57,3 +59,19 @@ def tail(text, lines: int = 15) -> str:
         text = text.decode(errors="replace")
     kept = (text or "").strip().splitlines()[-lines:]
     return "\n".join(kept) if kept else "(no output)"
+
+
+def run_worker_process(cmd: list[str], mode: str, timeout: float, failed: dict) -> dict:
+    """Runs a worker of `mode` (its environment from mode_environment) and
+    returns the last JSON line it printed; on failure, `failed` with the error
+    and the end of its stderr."""
+    try:
+        proc = subprocess.run(cmd, check=False, env=mode_environment(mode), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        return failed | {"error": f"timed out after {timeout:.0f} s", "stderr": tail(e.stderr)}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        status = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        return failed | {"error": status, "stderr": tail(proc.stderr)}
+    return json.loads(lines[-1])
