@@ -571,6 +571,45 @@ TYPED_TEST(GraphPools, AnExternalCaptureAllocatesThroughItsStreamFilter) {
   resource.reset();
 }
 
+// CUDA graph trees warm up by allocating to a pool from a stream that is not
+// capturing (PyTorch's beginAllocateCurrentStreamToPool): no graph records
+// what is freed there, so an ordinary block freed on it goes back to the
+// cache at once, and a block of the pool is reused by the pool at once.
+TYPED_TEST(GraphPools, AStreamAllocatingToAPoolWithoutCapturingHoldsNothingItFrees) {
+  counting_device_resource upstream{this->dev()};
+  std::optional<mr::caching_resource> resource{std::in_place, this->dev(), mr::caching_options{}, &upstream};
+  stream s{this->dev()};
+  stream_handle const handle = stream_view{s}.handle();
+  const std::size_t n = 30'000 + rng()() % 30'000;
+  pinned input{this->dev(), n}, output{this->dev(), n};
+  void* ordinary = resource->allocate(n, s);
+  std::optional<graph_pool> pool{std::in_place};
+  const std::uint64_t token = detail::external_capture_began(this->dev(), detail::graph_pool_access::state(*pool),
+                                                             [&](stream_handle h) { return h == handle; });
+  void* a = resource->allocate(n, s);
+  EXPECT_GE(pool->reserved_bytes(), n) << "the covered stream allocates from the pool";
+  EXPECT_FALSE(is_capturing(s));
+  resource->deallocate(ordinary, n, s);
+  resource->deallocate(a, n, s);
+  void* b = resource->allocate(n, s);
+  EXPECT_EQ(b, a) << "freed in the pool outside any capture: reused at once";
+  const bytes_t contents = random_bytes(n);
+  input.write(contents);
+  (void)copy_async(b, input.data(), n, s);
+  (void)copy_async(output.data(), b, n, s);
+  s.synchronize();
+  EXPECT_EQ(output.read(), contents);
+  resource->deallocate(b, n, s);
+  detail::external_capture_ended(token);
+  void* again = resource->allocate(n, s);
+  EXPECT_EQ(again, ordinary) << "the ordinary block was held for a graph that never captured";
+  resource->deallocate(again, n, s);
+  pool.reset();
+  resource->empty_cache();
+  EXPECT_EQ(upstream.live.load(), 0);
+  resource.reset();
+}
+
 // CUDA graph trees: after recording a graph on one path, the pool is put
 // back as a checkpoint found it and a graph on another path is recorded in
 // the memory the first path's outputs held. Both graphs replay right on

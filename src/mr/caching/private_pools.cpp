@@ -32,6 +32,13 @@ struct held_block {
   }
 };
 
+// A stream may allocate to a pool without capturing (PyTorch's graph-tree
+// warm-up, beginAllocateCurrentStreamToPool): no graph records what it frees.
+bool recording(stream_view s) {
+  device_guard guard{s.device()};
+  return syncmem::detail::backend_for(s.device()).stream_capturing(s.device().index(), s.handle());
+}
+
 }  // namespace
 
 // ---- private_pools ---------------------------------------------------------------------------------
@@ -81,13 +88,13 @@ bool private_pools::deallocate(void* p, std::size_t bytes, stream_view s) noexce
         // Freed while a capture into another pool runs (PyTorch's graph reset
         // and recapture): that graph may use the block at every launch, so its
         // pool keeps this one, as it keeps ordinary blocks freed in it.
-        if (capture && capture->pool->id != pool->pool_id()) capture->pool->hold(pool);
+        if (capture && capture->pool->id != pool->pool_id() && recording(s)) capture->pool->hold(pool);
         // The pool goes here if its graphs are gone, or once no capture runs.
         syncmem::detail::release_after_captures(std::move(pool));
         return true;
       }
     }
-    if (const auto capture = syncmem::detail::capture_on(s)) {
+    if (const auto capture = syncmem::detail::capture_on(s); capture && recording(s)) {
       capture->pool->hold(std::make_shared<held_block>(weak_from_this(), p, bytes));
       return true;
     }
