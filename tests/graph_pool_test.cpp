@@ -808,6 +808,56 @@ TYPED_TEST(GraphPools, FreedNeighboursMergeAndALargerGraphGrowsTheFreeEnd) {
   }
 }
 
+// A block free for every capture and its neighbour freed in the open capture
+// stay apart (each keeps its own condition of reuse), but a request that
+// needs both gets them merged, as PyTorch's graph pools would: the pool does
+// not grow. The graphs replay right, the later one in the earlier's memory.
+TYPED_TEST(GraphPools, ABlockFreedBeforeTheCaptureAndOneFreedInItServeARequestForBoth) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()};
+  const std::size_t n = 3 * MiB + 512 * (rng()() % 256);
+  pinned input{this->dev(), 2 * n}, out_a{this->dev(), 2 * n}, out_y{this->dev(), n}, out_c{this->dev(), 2 * n};
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* a = resource.allocate(2 * n, s);
+  void* guard = resource.allocate(n, s);  // keeps the free end of the range away from a
+  (void)copy_async(a, input.data(), 2 * n, s);
+  (void)copy_async(out_a.data(), a, 2 * n, s);
+  resource.deallocate(a, 2 * n, s);
+  graph first = end_capture(s);
+
+  begin_capture(s, pool);
+  void* y = resource.allocate(n, s);  // a's first half; the second stays free for every capture
+  ASSERT_EQ(y, a);
+  (void)copy_async(y, static_cast<std::uint8_t*>(input.data()) + n, n, s);
+  (void)copy_async(out_y.data(), y, n, s);
+  resource.deallocate(y, n, s);  // free for this capture only, on `s`
+  const std::size_t reserved = pool.reserved_bytes();
+  void* c = resource.allocate(2 * n, s);
+  EXPECT_EQ(c, a) << "the half freed in this capture and the half free before it serve a request for both";
+  EXPECT_EQ(pool.reserved_bytes(), reserved) << "the pool grew instead";
+  (void)copy_async(c, input.data(), 2 * n, s);
+  device_add_bytes(s, c, 2 * n, 3);
+  (void)copy_async(out_c.data(), c, 2 * n, s);
+  resource.deallocate(c, 2 * n, s);
+  resource.deallocate(guard, n, s);
+  graph second = end_capture(s);
+  for (int round = 0; round < 2; ++round) {
+    const bytes_t x = random_bytes(2 * n);
+    input.write(x);
+    first.launch(s);
+    second.launch(s);
+    s.synchronize();
+    const bytes_t ra = out_a.read(), ry = out_y.read(), rc = out_c.read();
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(ry[i], x[n + i]) << "round " << round << ", byte " << i;
+    for (std::size_t i = 0; i < 2 * n; ++i) {
+      ASSERT_EQ(ra[i], x[i]) << "round " << round << ", byte " << i;
+      ASSERT_EQ(rc[i], static_cast<std::uint8_t>(x[i] + 3)) << "round " << round << ", byte " << i;
+    }
+  }
+}
+
 // Large blocks of each stream come from a range of that stream, as PyTorch
 // keeps an expandable segment per stream: two streams capturing into one
 // pool hold two segments, and each stream's blocks stay side by side.

@@ -26,6 +26,12 @@ std::size_t rounded(std::size_t bytes) { return round_up(std::max<std::size_t>(b
 
 std::byte* at(void* p, std::size_t offset) { return static_cast<std::byte*>(p) + offset; }
 
+// The capture a free block was freed in, if still open; 0 if that capture has
+// ended (it constrains nothing then: later captures reuse its blocks freely).
+std::uint64_t open_capture(std::uint64_t freed_in) {
+  return freed_in != 0 && syncmem::detail::capture_open(freed_in) ? freed_in : 0;
+}
+
 }  // namespace
 
 private_pool::private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
@@ -90,6 +96,47 @@ bool private_pool::coalesce() {
   return merged;
 }
 
+bool private_pool::joins(const block& b, bool small, stream_handle s, std::uint64_t capture) {
+  if (!b.free || b.small != small) return false;
+  const std::uint64_t open = open_capture(b.freed_in);
+  return (open == 0 || open == capture) && reusable(b, s, capture);
+}
+
+private_pool::block_map::iterator private_pool::merge_run(block_map::iterator first, block_map::iterator last,
+                                                          stream_handle s, std::uint64_t capture) {
+  block merged = first->second;
+  for (auto it = std::next(first); it != std::next(last); ++it) merged.size += it->second.size;
+  // Reusable by this capture on `s`, as each part was; by any capture once it ends.
+  merged.freed_in = capture;
+  merged.freed_on = s;
+  merged.freed_after.reset();
+  blocks_.erase(std::next(first), std::next(last));
+  first->second = std::move(merged);
+  return first;
+}
+
+private_pool::block_map::iterator private_pool::merge_for(std::size_t size, bool small, stream_handle s,
+                                                          std::uint64_t capture) {
+  if (capture == 0) return blocks_.end();
+  for (auto first = blocks_.begin(); first != blocks_.end(); ++first) {
+    if (!joins(first->second, small, s, capture)) continue;
+    auto last = first;
+    std::size_t total = first->second.size;
+    while (total < size) {
+      const auto next = std::next(last);
+      if (next == blocks_.end() || next->second.segment != first->second.segment ||
+          at(last->first, last->second.size) != next->first || !joins(next->second, small, s, capture)) {
+        break;
+      }
+      last = next;
+      total += last->second.size;
+    }
+    if (total >= size) return merge_run(first, last, s, capture);
+    first = last;  // a window starting inside this run ends where it does
+  }
+  return blocks_.end();
+}
+
 void* private_pool::allocate(std::size_t bytes, stream_handle s, std::uint64_t capture) {
   const std::size_t size = rounded(bytes);
   const bool small = size <= small_request;
@@ -97,6 +144,7 @@ void* private_pool::allocate(std::size_t bytes, stream_handle s, std::uint64_t c
   auto best = find_fit(size, small, s, capture);
   // Free neighbours kept apart while a capture was open may merge now.
   if (best == blocks_.end() && coalesce()) best = find_fit(size, small, s, capture);
+  if (best == blocks_.end()) best = merge_for(size, small, s, capture);
   if (best == blocks_.end()) best = grow(size, small, s, capture);
   if (best == blocks_.end()) {
     oom_info info;
@@ -127,6 +175,19 @@ private_pool::block_map::iterator private_pool::grow(std::size_t size, bool smal
     if (mapped > 0) {
       last = std::prev(blocks_.lower_bound(at(h->base, mapped)));
       if (!last->second.free || !reusable(last->second, s, capture)) last = blocks_.end();
+    }
+    // With the free blocks before it that this request may use.
+    if (last != blocks_.end() && capture != 0 && joins(last->second, false, s, capture)) {
+      auto first = last;
+      while (first != blocks_.begin()) {
+        const auto before = std::prev(first);
+        if (before->second.segment != h->base || at(before->first, before->second.size) != first->first ||
+            !joins(before->second, false, s, capture)) {
+          break;
+        }
+        first = before;
+      }
+      if (first != last) last = merge_run(first, last, s, capture);
     }
     const std::size_t have = last != blocks_.end() ? last->second.size : 0;
     if (!grow_heap(*h, size - have)) return blocks_.end();  // the device has no room
@@ -266,12 +327,8 @@ private_pool::block_map::iterator private_pool::split_at(block_map::iterator it,
 }
 
 bool private_pool::combine(block& into, const block& other) {
-  // A capture that has ended constrains nothing: later captures reuse its blocks freely.
-  const auto open = [](const block& b) {
-    return b.freed_in != 0 && syncmem::detail::capture_open(b.freed_in) ? b.freed_in : 0;
-  };
-  const std::uint64_t mine = open(into);
-  const std::uint64_t theirs = open(other);
+  const std::uint64_t mine = open_capture(into.freed_in);
+  const std::uint64_t theirs = open_capture(other.freed_in);
   if (mine == 0 && theirs == 0) {
     into.freed_in = 0;
     into.freed_on = stream_handle{};
@@ -279,7 +336,8 @@ bool private_pool::combine(block& into, const block& other) {
     return true;
   }
   // Apart while one half is free for the open capture and the other is not:
-  // merged, the first half would lose that (allocate merges them once the capture has ended).
+  // merged, the first half would lose that (allocate merges them once the capture has ended,
+  // or, under the narrower condition, for a request that needs both: merge_for).
   if (mine != theirs) return false;
   // Freed in the capture open now: reusable in it where both halves are.
   const bool both_after = into.freed_after && other.freed_after;

@@ -100,6 +100,17 @@ class private_pool {
   block_map::iterator find_fit(std::size_t size, bool small, stream_handle s, std::uint64_t capture);
   // Merges every pair of free neighbours that may merge; whether any did.
   bool coalesce();
+  // Whether free `b` may be handed out in capture `capture` on `s`, and merged
+  // with neighbours for it: it is free for every capture, or for this one.
+  bool joins(const block& b, bool small, stream_handle s, std::uint64_t capture);
+  // Neighbours each reusable by this request but kept apart (freed in the open
+  // capture, or not): the first run of them that holds `size`, merged under the
+  // narrower condition (this capture, on `s`); blocks_.end() if none. PyTorch
+  // merges them always.
+  block_map::iterator merge_for(std::size_t size, bool small, stream_handle s, std::uint64_t capture);
+  // Merges the free blocks first..last into one, reusable in `capture` on `s` only until it ends.
+  block_map::iterator merge_run(block_map::iterator first, block_map::iterator last, stream_handle s,
+                                std::uint64_t capture);
   // A free block of at least `size` bytes on new memory: the end of the
   // growable segment of `s` extended, or a segment of its own; blocks_.end()
   // when the device has no room.
