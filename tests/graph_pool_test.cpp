@@ -858,6 +858,62 @@ TYPED_TEST(GraphPools, ABlockFreedBeforeTheCaptureAndOneFreedInItServeARequestFo
   }
 }
 
+// A graph pool's memory is the resource's too, as PyTorch counts its private
+// pools': in its statistics (handed out, reserved, segments) and against its
+// limit, for the pool's growth and for ordinary allocations alike; all of it
+// goes once the graph and its pool do.
+TYPED_TEST(GraphPools, AGraphPoolsMemoryCountsInTheResourcesStatisticsAndLimit) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()};
+  const std::size_t large = 5 * MiB + rng()() % MiB;
+  const std::size_t small = 1 + rng()() % 4096;
+  resource.deallocate(resource.allocate(MiB, s), MiB, s);  // the cache holds some memory of its own
+  const mr::caching_statistics before = resource.statistics();
+  std::optional<graph_pool> pool{std::in_place};
+  begin_capture(s, *pool);
+  void* p = resource.allocate(large, s);
+  void* q = resource.allocate(small, s);
+  const std::size_t blocks = resource.allocation_info(p)->block_bytes + resource.allocation_info(q)->block_bytes;
+  mr::caching_statistics now = resource.statistics();
+  EXPECT_EQ(now.allocated_bytes, before.allocated_bytes + blocks);
+  EXPECT_EQ(now.requested_bytes, before.requested_bytes + large + small);
+  EXPECT_EQ(now.live_allocations, before.live_allocations + 2);
+  EXPECT_EQ(now.reserved_bytes, before.reserved_bytes + pool->reserved_bytes());
+  EXPECT_GE(now.peak_reserved_bytes, now.reserved_bytes);
+  EXPECT_EQ(now.segments, before.segments + resource.checkpoint(*pool).segments.size());
+  EXPECT_EQ(now.segments, before.segments + 2) << "a small segment and the stream's range";
+  resource.deallocate(p, large, s);
+  resource.deallocate(q, small, s);
+  std::optional<graph> g{end_capture(s)};
+  now = resource.statistics();
+  EXPECT_EQ(now.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(now.reserved_bytes, before.reserved_bytes + pool->reserved_bytes()) << "the pool keeps its memory";
+  EXPECT_GE(now.peak_allocated_bytes, before.allocated_bytes + blocks);
+
+  // At the limit, neither the pool nor the cache grows past it.
+  resource.set_limit(now.reserved_bytes + MiB);
+  begin_capture(s, *pool);
+  void* within = resource.allocate(large, s);  // the pool's free memory: no growth
+  EXPECT_THROW((void)resource.allocate(4 * MiB, s), out_of_memory) << "the pool grew past the limit";
+  resource.deallocate(within, large, s);
+  std::optional<graph> g2{end_capture(s)};
+  EXPECT_THROW((void)resource.allocate(2 * MiB + before.reserved_bytes, s), out_of_memory)
+      << "the cache grew past the limit that the pool's memory fills";
+  resource.set_limit(std::nullopt);
+
+  const mr::caching_statistics with_pool = resource.statistics();  // the cache gave its own memory back
+  const std::size_t pool_reserved = pool->reserved_bytes();
+  g.reset();
+  g2.reset();
+  pool.reset();
+  now = resource.statistics();
+  EXPECT_EQ(now.reserved_bytes, with_pool.reserved_bytes - pool_reserved)
+      << "the pool's memory went back, and its count with it";
+  EXPECT_EQ(now.segments, with_pool.segments - 2);
+  EXPECT_EQ(now.allocated_bytes, before.allocated_bytes);
+}
+
 // Large blocks of each stream come from a range of that stream, as PyTorch
 // keeps an expandable segment per stream: two streams capturing into one
 // pool hold two segments, and each stream's blocks stay side by side.

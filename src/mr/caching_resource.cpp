@@ -61,7 +61,9 @@ caching_resource::caching_resource(device_id device, caching_options options, me
     synchronize_device(device);
     alive->deallocate(p, bytes, default_stream(device));
   };
-  private_ = std::make_shared<detail::caching::private_pools>(device, upstream, name(), std::move(give_back));
+  // Its graph pools' memory counts in statistics() and against the limit, as PyTorch's private pools'.
+  private_ = std::make_shared<detail::caching::private_pools>(device, upstream, name(), std::move(give_back),
+                                                              std::weak_ptr<detail::caching::pool_accounts>{state_});
 }
 
 caching_resource::~caching_resource() {

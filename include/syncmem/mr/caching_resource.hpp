@@ -32,7 +32,8 @@ class private_pools;
 
 /// @brief What a caching_resource has done and holds. Byte counts of blocks
 /// are block sizes (requests rounded up to 512 bytes); `requested` counts the
-/// bytes asked for.
+/// bytes asked for. The graph pools' memory (see graph_pool) counts too, as
+/// PyTorch counts its private pools'.
 ///
 /// Exact whenever no allocate or deallocate runs at the moment it is read.
 /// Peaks are exact when one thread at a time allocates; when several do at

@@ -557,7 +557,7 @@ caching_statistics caching_state::statistics() {
   s.largest_free_block = pools_.largest_free();
   s.splits = pools_.splits();
   s.merges = pools_.merges();
-  s.segments = segments_.all().size() + (range_.has_mapped_pages() ? 1 : 0);
+  s.segments = segments_.all().size() + (range_.has_mapped_pages() ? 1 : 0) + graph_segments_;
   s.segment_allocations = reserved_.growths();
   s.segment_releases = reserved_.releases();
   return s;

@@ -7,7 +7,8 @@
 // under its lock the slow path through the stream pools, the segments, the
 // growable range and the pending frees.
 //
-// Locks, in the only order they may nest: mutex_, then the thread caches'
+// Locks, in the only order they may nest: a graph pool's (its memory counts
+// here: pool_accounts), mutex_, then the thread caches'
 // list, then a thread_cache's spinlock. The fast path takes only its own
 // thread's spinlock, and never holds it while taking another lock.
 
@@ -25,6 +26,7 @@
 #include "mr/caching/growable_range.hpp"
 #include "mr/caching/pending_frees.hpp"
 #include "mr/caching/pointer_map.hpp"
+#include "mr/caching/pool_accounts.hpp"
 #include "mr/caching/reservation.hpp"
 #include "mr/caching/state_mutex.hpp"
 #include "mr/caching/stream_pools.hpp"
@@ -38,10 +40,10 @@
 
 namespace syncmem::mr::detail {
 
-class caching_state : public std::enable_shared_from_this<caching_state> {
+class caching_state : public std::enable_shared_from_this<caching_state>, public caching::pool_accounts {
  public:
   caching_state(device_id device, caching_options options, memory_resource* upstream, std::string name);
-  ~caching_state();
+  ~caching_state() override;
   caching_state(const caching_state&) = delete;
   caching_state& operator=(const caching_state&) = delete;
 
@@ -58,6 +60,12 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
   void set_limit(std::optional<std::size_t> limit_bytes) noexcept { reserved_.set_limit(limit_bytes); }
   [[nodiscard]] std::optional<std::size_t> limit() const noexcept { return reserved_.limit(); }
   [[nodiscard]] caching_statistics statistics();
+
+  // The graph pools' memory, counted with the cache's (caching::pool_accounts).
+  [[nodiscard]] bool reserve(std::size_t bytes, bool segment) noexcept override;
+  void unreserve(std::size_t bytes, bool segment) noexcept override;
+  void handed_out(std::size_t size, std::size_t requested) noexcept override;
+  void taken_back(std::size_t size, std::size_t requested) noexcept override;
   void reset_peaks();
   [[nodiscard]] allocator_snapshot snapshot();
   void add_segment_observer(std::shared_ptr<segment_observer> observer);
@@ -120,7 +128,8 @@ class caching_state : public std::enable_shared_from_this<caching_state> {
 
   // ---- the parts; all but the thread caches under mutex_ ----
   mutable caching::state_mutex mutex_;
-  caching::reservation reserved_;
+  caching::reservation reserved_;   // the graph pools' segments and pages too
+  std::size_t graph_segments_ = 0;  // of those, the graph pools' segments
   caching::stream_pools pools_;
   caching::caching_events events_;
   caching::pending_frees pending_;

@@ -32,11 +32,25 @@ std::uint64_t open_capture(std::uint64_t freed_in) {
   return freed_in != 0 && syncmem::detail::capture_open(freed_in) ? freed_in : 0;
 }
 
+// The caching resource's accounts, while it lives; a pool that outlives it counts nowhere.
+bool reserve(const std::weak_ptr<pool_accounts>& accounts, std::size_t bytes, bool segment) {
+  const auto a = accounts.lock();
+  return a == nullptr || a->reserve(bytes, segment);
+}
+void unreserve(const std::weak_ptr<pool_accounts>& accounts, std::size_t bytes, bool segment) {
+  if (const auto a = accounts.lock()) a->unreserve(bytes, segment);
+}
+
 }  // namespace
 
 private_pool::private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
-                           std::string name)
-    : device_{device}, upstream_{upstream}, pool_id_{owner.id}, usage_{owner.usage}, name_{std::move(name)} {}
+                           std::string name, std::weak_ptr<pool_accounts> accounts)
+    : device_{device},
+      upstream_{upstream},
+      pool_id_{owner.id},
+      usage_{owner.usage},
+      name_{std::move(name)},
+      accounts_{std::move(accounts)} {}
 
 private_pool::~private_pool() {
   try {
@@ -46,6 +60,7 @@ private_pool::~private_pool() {
     if (!backend.traits().deallocate_waits_for_device || !heaps_.empty()) backend.synchronize_device(device_.index());
     for (const auto& [p, bytes] : segments_) {
       usage_->reserved.fetch_sub(bytes);
+      if (bytes > 0) unreserve(accounts_, bytes, true);
       const bool growable =
           std::any_of(heaps_.begin(), heaps_.end(), [q = p](const auto& h) { return h.second.base == q; });
       if (growable) continue;
@@ -205,6 +220,7 @@ private_pool::block_map::iterator private_pool::grow(std::size_t size, bool smal
 }
 
 private_pool::block_map::iterator private_pool::new_segment(std::size_t size, bool small) {
+  if (!reserve(accounts_, size, true)) return blocks_.end();  // the resource's limit
   device_guard guard{device_};
   void* p = nullptr;
   if (upstream_ != nullptr) {
@@ -217,7 +233,10 @@ private_pool::block_map::iterator private_pool::new_segment(std::size_t size, bo
     // The CUDA backend allocates in the relaxed capture mode: legal while this thread captures.
     p = syncmem::detail::backend_for(device_).allocate(device_.index(), size);
   }
-  if (p == nullptr) return blocks_.end();
+  if (p == nullptr) {
+    unreserve(accounts_, size, true);
+    return blocks_.end();
+  }
   block b;
   b.segment = p;
   b.size = size;
@@ -234,6 +253,7 @@ private_pool::block_map::iterator private_pool::new_segment(std::size_t size, bo
     } else {
       syncmem::detail::backend_for(device_).deallocate(device_.index(), p, size);
     }
+    unreserve(accounts_, size, true);
     throw;
   }
 }
@@ -276,12 +296,15 @@ bool private_pool::grow_heap(heap& h, std::size_t bytes) {
   const std::size_t mapped = h.pages.size() * page_;
   const std::size_t count = round_up(bytes, page_) / page_;
   if (mapped + count * page_ > h.reserved) return false;
+  // The range counts as one segment from its first page on.
+  if (!reserve(accounts_, count * page_, mapped == 0)) return false;  // the resource's limit
   std::vector<syncmem::detail::physical_handle> pages;
-  pages.reserve(count);
   const auto give_back = [&] {
     for (const auto p : pages) vmm->release(device_.index(), p, page_);
+    unreserve(accounts_, count * page_, mapped == 0);
   };
   try {
+    pages.reserve(count);
     while (pages.size() < count) {
       const auto p = vmm->create(device_.index(), page_);
       if (p == 0) {
@@ -313,6 +336,7 @@ void* private_pool::hand_out(block_map::iterator it, std::size_t size, std::size
   b.requested = bytes;
   b.stream = s;
   usage_->allocated.fetch_add(b.size);
+  if (const auto a = accounts_.lock()) a->handed_out(b.size, bytes);
   return it->first;
 }
 
@@ -394,6 +418,7 @@ void private_pool::deallocate(void* p, stream_handle s, std::uint64_t capture) n
   }
   b.used_by.clear();
   usage_->allocated.fetch_sub(b.size);
+  if (const auto a = accounts_.lock()) a->taken_back(b.size, b.requested);
   try {
     merge(it);
   } catch (...) {
@@ -475,6 +500,7 @@ graph_pool_restored private_pool::restore(const graph_pool_checkpoint& c) {
     end_of_last = at(x.ptr, x.allocation.block_bytes);
   }
   graph_pool_restored r;
+  const auto accounts = accounts_.lock();
   for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
     block& b = it->second;
     if (b.free) continue;
@@ -488,6 +514,7 @@ graph_pool_restored private_pool::restore(const graph_pool_checkpoint& c) {
     b.freed_after.reset();
     b.used_by.clear();
     usage_->allocated.fetch_sub(b.size);
+    if (accounts) accounts->taken_back(b.size, b.requested);
   }
   for (const graph_pool_block& x : wanted) {
     carve(x);
@@ -517,6 +544,7 @@ void private_pool::carve(const graph_pool_block& x) {
   b.requested = x.allocation.requested_bytes;
   b.stream = x.allocation.stream.handle();
   usage_->allocated.fetch_add(b.size);
+  if (const auto a = accounts_.lock()) a->handed_out(b.size, b.requested);
 }
 
 }  // namespace syncmem::mr::detail::caching

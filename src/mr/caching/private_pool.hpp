@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "mr/caching/pool_accounts.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
 #include "syncmem/stream.hpp"
@@ -33,8 +34,9 @@ namespace syncmem::mr::detail::caching {
 
 class private_pool {
  public:
+  // Its memory counts toward `accounts` (the caching resource's statistics and limit) while they live.
   private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
-               std::string name);
+               std::string name, std::weak_ptr<pool_accounts> accounts);
   // Gives every segment back, after the device's work is done (no launch of
   // a graph may still be using them). Every block is free by then.
   ~private_pool();
@@ -140,6 +142,7 @@ class private_pool {
   std::uint64_t pool_id_;                                     // the graph_pool's, for messages
   std::shared_ptr<syncmem::detail::graph_pool_usage> usage_;  // the graph_pool's counts
   std::string name_;
+  std::weak_ptr<pool_accounts> accounts_;  // the caching resource's
   std::mutex mutex_;
   std::map<void*, std::size_t> segments_;  // every segment, by address, with its bytes (mapped, if growable)
   block_map blocks_;                       // every block, by address: they tile the segments

@@ -43,8 +43,13 @@ bool recording(stream_view s) {
 
 // ---- private_pools ---------------------------------------------------------------------------------
 
-private_pools::private_pools(device_id device, memory_resource* upstream, std::string name, release_fn release)
-    : device_{device}, upstream_{upstream}, name_{std::move(name)}, release_{std::move(release)} {}
+private_pools::private_pools(device_id device, memory_resource* upstream, std::string name, release_fn release,
+                             std::weak_ptr<pool_accounts> accounts)
+    : device_{device},
+      upstream_{upstream},
+      name_{std::move(name)},
+      release_{std::move(release)},
+      accounts_{std::move(accounts)} {}
 
 void* private_pools::allocate(std::size_t bytes, stream_view s, const syncmem::detail::capture_info& capture) {
   std::shared_ptr<private_pool> pool;
@@ -53,7 +58,7 @@ void* private_pools::allocate(std::size_t bytes, stream_view s, const syncmem::d
     if (auto it = by_pool_.find(capture.pool->id); it != by_pool_.end()) pool = it->second.lock();
     if (!pool) {
       std::erase_if(by_pool_, [](const auto& entry) { return entry.second.expired(); });
-      pool = std::make_shared<private_pool>(device_, upstream_, *capture.pool, name_);
+      pool = std::make_shared<private_pool>(device_, upstream_, *capture.pool, name_, accounts_);
       capture.pool->hold(pool);
       by_pool_[capture.pool->id] = pool;
     }

@@ -56,7 +56,9 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   // Gives an ordinary block back to the cache, once its graphs are gone.
   using release_fn = std::function<void(void* p, std::size_t bytes)>;
 
-  private_pools(device_id device, memory_resource* upstream, std::string name, release_fn release);
+  // The pools' memory counts toward `accounts` (the caching resource's statistics and limit).
+  private_pools(device_id device, memory_resource* upstream, std::string name, release_fn release,
+                std::weak_ptr<pool_accounts> accounts);
   private_pools(const private_pools&) = delete;
   private_pools& operator=(const private_pools&) = delete;
 
@@ -93,7 +95,8 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   memory_resource* upstream_;
   std::string name_;
   std::mutex mutex_;
-  release_fn release_;                                                      // under mutex_; empty once detached
+  release_fn release_;  // under mutex_; empty once detached
+  std::weak_ptr<pool_accounts> accounts_;
   std::unordered_map<std::uint64_t, std::weak_ptr<private_pool>> by_pool_;  // by graph_pool id
   std::unordered_map<void*, std::shared_ptr<private_pool>> live_;           // blocks handed out, each keeping its pool
   std::atomic<std::size_t> live_count_{0};                                  // live_.size(), read without the lock
