@@ -26,6 +26,12 @@ std::size_t rounded(std::size_t bytes) { return round_up(std::max<std::size_t>(b
 
 std::byte* at(void* p, std::size_t offset) { return static_cast<std::byte*>(p) + offset; }
 
+// Whether the block `b` (a block_map entry) starts where `a` ends, in the same segment.
+template <class Entry>
+bool adjacent(const Entry& a, const Entry& b) {
+  return a.second.segment == b.second.segment && at(a.first, a.second.size) == b.first;
+}
+
 // The capture a free block was freed in, if still open; 0 if that capture has
 // ended (it constrains nothing then: later captures reuse its blocks freely).
 std::uint64_t open_capture(std::uint64_t freed_in) {
@@ -139,10 +145,7 @@ private_pool::block_map::iterator private_pool::merge_for(std::size_t size, bool
     std::size_t total = first->second.size;
     while (total < size) {
       const auto next = std::next(last);
-      if (next == blocks_.end() || next->second.segment != first->second.segment ||
-          at(last->first, last->second.size) != next->first || !joins(next->second, small, s, capture)) {
-        break;
-      }
+      if (next == blocks_.end() || !adjacent(*last, *next) || !joins(next->second, small, s, capture)) break;
       last = next;
       total += last->second.size;
     }
@@ -196,10 +199,7 @@ private_pool::block_map::iterator private_pool::grow(std::size_t size, bool smal
       auto first = last;
       while (first != blocks_.begin()) {
         const auto before = std::prev(first);
-        if (before->second.segment != h->base || at(before->first, before->second.size) != first->first ||
-            !joins(before->second, false, s, capture)) {
-          break;
-        }
+        if (!adjacent(*before, *first) || !joins(before->second, false, s, capture)) break;
         first = before;
       }
       if (first != last) last = merge_run(first, last, s, capture);
@@ -383,7 +383,7 @@ bool private_pool::combine(block& into, const block& other) {
 bool private_pool::merge_next(block_map::iterator it) {
   const auto next = std::next(it);
   if (next == blocks_.end() || !it->second.free || !next->second.free) return false;
-  if (next->second.segment != it->second.segment || at(it->first, it->second.size) != next->first) return false;
+  if (!adjacent(*it, *next)) return false;
   block merged = it->second;
   if (!combine(merged, next->second)) return false;
   merged.size += next->second.size;
