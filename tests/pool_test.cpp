@@ -1,6 +1,7 @@
 // mr::pool: a pool of its own, whose statistics and snapshot count only what
-// was allocated from it, that can be emptied, never splits when asked, and
-// keeps to its limit; on both kinds of device.
+// was allocated from it, that can be emptied, never splits when asked, keeps
+// to its limit, and counts in another resource when asked; on both kinds of
+// device.
 #include "syncmem/mr/pool.hpp"
 
 #include <gmock/gmock.h>
@@ -118,6 +119,75 @@ TYPED_TEST(Pools, ItsResourceTakesTheCachingOptionsGiven) {
   p.resource().deallocate(a, n, s);
   mr::pool limited{this->dev(), {.limit = std::size_t{8} << 20, .caching = growable}};
   EXPECT_EQ(limited.resource().options().limit, std::size_t{8} << 20) << "the pool's limit wins";
+}
+
+// With counts_in, what the pool reserves and hands out shows in the other
+// resource's statistics too (as a MemPool's in torch.cuda.memory_stats), its
+// growth stays within that one's limit, and it all goes when the pool does.
+TYPED_TEST(Pools, CountsInAnotherResourcesStatisticsAndLimit) {
+  stream s{this->dev()};
+  for (const bool growable : {false, true}) {
+    SCOPED_TRACE(growable ? "growable range" : "plain segments");
+    mr::caching_options o;
+    o.expandable = growable;
+    mr::caching_resource device{this->dev(), o};
+    const std::size_t own_bytes = 4096 + rng()() % (std::size_t{2} << 20);
+    void* own = device.allocate(own_bytes, s);
+    const auto before = device.statistics();
+    std::size_t own_reserved = before.reserved_bytes;
+    {
+      mr::pool p{this->dev(), {.counts_in = &device, .caching = o}};
+      EXPECT_EQ(p.resource().options().thread_cache_size, 0u) << "no per-thread caches: every block counted at once";
+      std::vector<std::pair<void*, std::size_t>> blocks;
+      for (int i = 0; i < 6; ++i) {
+        const std::size_t n = 512 + rng()() % (std::size_t{6} << 20);
+        blocks.emplace_back(p.resource().allocate(n, s), n);
+      }
+      device_fill_pattern(s, blocks.back().first, blocks.back().second, 11);
+      const auto back = read_device(s, blocks.back().first, blocks.back().second);
+      for (std::size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], pattern_byte(11, i)) << "byte " << i;
+      const auto mine = p.statistics();
+      auto both = device.statistics();
+      EXPECT_EQ(both.allocated_bytes, before.allocated_bytes + mine.allocated_bytes);
+      EXPECT_EQ(both.requested_bytes, before.requested_bytes + mine.requested_bytes);
+      EXPECT_EQ(both.live_allocations, before.live_allocations + 6);
+      EXPECT_EQ(both.reserved_bytes, before.reserved_bytes + mine.reserved_bytes);
+      EXPECT_GE(both.peak_reserved_bytes, both.reserved_bytes);
+      EXPECT_GE(both.peak_allocated_bytes, both.allocated_bytes);
+
+      // The other resource's limit binds the pool: nothing more past it.
+      device.set_limit(both.reserved_bytes + (std::size_t{1} << 20));
+      const std::size_t cached = mine.reserved_bytes - mine.allocated_bytes;
+      EXPECT_THROW((void)p.resource().allocate(cached + (std::size_t{64} << 20), s), out_of_memory);
+      // ... and the pool's memory binds the other resource.
+      EXPECT_THROW((void)device.allocate(std::size_t{64} << 20, s), out_of_memory);
+      device.set_limit(std::nullopt);
+      // (Out of memory, each may have given idle memory back: its own reserve now.)
+      own_reserved = device.statistics().reserved_bytes - p.statistics().reserved_bytes;
+
+      for (const auto& [q, n] : blocks) p.resource().deallocate(q, n, s);
+      both = device.statistics();
+      EXPECT_EQ(both.allocated_bytes, before.allocated_bytes);
+      EXPECT_EQ(both.requested_bytes, before.requested_bytes);
+      EXPECT_EQ(both.reserved_bytes, own_reserved + p.statistics().reserved_bytes);
+      p.empty_cache();
+      EXPECT_EQ(device.statistics().reserved_bytes, own_reserved) << "the pool's emptied memory still counted";
+      // A block still cached when the pool goes stops counting with it.
+      (void)p.resource().allocate(std::size_t{3} << 20, s);
+      p.resource().deallocate(p.resource().allocate(std::size_t{1} << 20, s), std::size_t{1} << 20, s);
+    }
+    const auto after = device.statistics();
+    EXPECT_EQ(after.reserved_bytes, own_reserved) << "a destroyed pool's memory still counted";
+    EXPECT_EQ(after.allocated_bytes, before.allocated_bytes) << "a destroyed pool's live block still counted";
+    EXPECT_EQ(after.live_allocations, before.live_allocations);
+    device.deallocate(own, own_bytes, s);
+  }
+}
+
+TYPED_TEST(Pools, CountsInOnlyAResourceOfItsDevice) {
+  SYNCMEM_REQUIRE_COUNT(2);
+  mr::caching_resource other{this->dev(1)};
+  EXPECT_THROW((mr::pool{this->dev(), {.counts_in = &other}}), logic_error);
 }
 
 }  // namespace

@@ -654,7 +654,8 @@ def test_torch_multiprocessing_shares_cuda_tensors(tmp_path, conf):
 # thread only; use_count follows PyTorch's; empty_cache leaves a MemPool in
 # use what it cached, and its memory goes back once the MemPool and its
 # tensors are gone; use_on_oom lends the pool to allocations that
-# fail elsewhere; a MemPool with an allocator of its own is refused by name.
+# fail elsewhere; its memory counts in memory_stats and under the memory
+# fraction; a MemPool with an allocator of its own is refused by name.
 MEM_POOL = """
 import os, subprocess, sys, tempfile, threading
 import torch
@@ -737,6 +738,33 @@ del big
 torch.cuda.set_per_process_memory_fraction(1.0)
 del pool
 torch.cuda.empty_cache()
+
+# A MemPool's memory counts in torch.cuda.memory_stats and under the memory
+# fraction, as under PyTorch's allocator.
+pool = torch.cuda.MemPool()
+before = torch.cuda.memory_stats()
+n = int(torch.randint(1 << 20, 64 << 20, (1,), generator=rng))
+with torch.cuda.use_mem_pool(pool):
+    x = torch.empty(n, dtype=torch.uint8, device=dev)
+now = torch.cuda.memory_stats()
+assert now["requested_bytes.all.current"] - before["requested_bytes.all.current"] == n, (before, now)
+assert now["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] >= n, (before, now)
+assert now["reserved_bytes.all.current"] - before["reserved_bytes.all.current"] >= n, (before, now)
+assert torch.cuda.max_memory_allocated() >= now["allocated_bytes.all.current"]
+torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + (32 << 20)) / total)
+try:
+    with torch.cuda.use_mem_pool(pool):
+        torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+except torch.OutOfMemoryError:
+    pass
+else:
+    raise AssertionError("a MemPool grew past the memory fraction")
+torch.cuda.set_per_process_memory_fraction(1.0)
+del x, pool
+torch.cuda.empty_cache()
+after = torch.cuda.memory_stats()
+assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"], (before, after)
+assert after["reserved_bytes.all.current"] <= before["reserved_bytes.all.current"], (before, after)
 
 # A pool of its own allocator is refused by name.
 with tempfile.TemporaryDirectory() as folder:

@@ -118,6 +118,8 @@ graph_pool_restored caching_resource::restore(const graph_pool_checkpoint& check
   return private_->restore(checkpoint);
 }
 
+void caching_resource::count_in(const caching_resource& other) { state_->count_in(other.state_); }
+
 caching_statistics caching_resource::statistics() const { return state_->statistics(); }
 void caching_resource::reset_peaks() { state_->reset_peaks(); }
 allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(); }

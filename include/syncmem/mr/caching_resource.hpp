@@ -251,6 +251,10 @@ class caching_resource final : public memory_resource {
   bool remove_segment_observer(const segment_observer* observer) noexcept;
 
  private:
+  friend class pool;  // pool_options::counts_in
+  // This resource's memory counts in `other`'s statistics and limit too.
+  void count_in(const caching_resource& other);
+
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, stream_view stream, std::size_t alignment) noexcept override;
 

@@ -28,6 +28,14 @@ struct pool_options {
   bool never_split = false;
   /// @brief The most bytes the pool may reserve from the device; none when empty.
   std::optional<std::size_t> limit;
+  /// @brief A caching_resource of the pool's device whose statistics and
+  /// limit count the pool's memory too, as PyTorch counts a MemPool's in
+  /// memory_stats() and under the memory fraction: what the pool reserves and
+  /// hands out shows in its statistics, and the pool grows only within its
+  /// limit. It must outlive the pool. The pool's resource then keeps no
+  /// per-thread caches, so that every allocation and free is counted there
+  /// at once.
+  caching_resource* counts_in = nullptr;
   /// @brief The options of the pool's own caching_resource (the growable
   /// range, say); never_split and limit above are applied over them.
   caching_options caching{};

@@ -42,9 +42,11 @@ bool torch_mem_pools::is_mem_pool(c10::DeviceIndex device, c10::MempoolId_t id) 
 
 mr::pool& torch_mem_pools::pool_of(c10::DeviceIndex device, mem_pool& p) {
   if (!p.pool) {
+    mr::caching_resource& counted_in = device_resource_(device);
     mr::pool_options o;
     o.never_split = p.no_split;
-    o.caching = options_(device);
+    o.counts_in = &counted_in;
+    o.caching = counted_in.options();
     p.pool = std::make_unique<mr::pool>(device_id::cuda(device), o);
   }
   return *p.pool;

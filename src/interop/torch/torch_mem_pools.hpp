@@ -5,8 +5,10 @@
 // (the thread's, as PyTorch defines it) to that pool through the allocation
 // router. A capture into a MemPool (torch.cuda.graph(pool=mem_pool.id))
 // allocates from a graph pool the MemPool keeps beside it, so that a graph's
-// memory is never handed to eager code. A MemPool's memory goes back to the
-// device once its last use has gone and its last block has been freed.
+// memory is never handed to eager code. A MemPool's memory counts in the
+// device's resource (torch.cuda.memory_stats, the memory fraction), as under
+// PyTorch's allocator, and goes back to the device once its last use has
+// gone and its last block has been freed.
 //
 // Pool ids that no MemPool made (CUDA graphs' own, graph trees') stay with
 // torch_allocator's graph pools: every method here says whether the id was
@@ -26,16 +28,17 @@
 
 #include "syncmem/graph_pool.hpp"
 #include "syncmem/mr/allocator_snapshot.hpp"
-#include "syncmem/mr/caching_options.hpp"
+#include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/pool.hpp"
 
 namespace syncmem::interop {
 
 class torch_mem_pools {
  public:
-  // `options`: the caching options of the pools' resources (syncmem.torch's).
-  explicit torch_mem_pools(std::function<mr::caching_options(c10::DeviceIndex)> options)
-      : options_{std::move(options)} {}
+  // `device_resource`: syncmem.torch's resource of a device, which outlives
+  // the pools; they take its options and count in it.
+  explicit torch_mem_pools(std::function<mr::caching_resource&(c10::DeviceIndex)> device_resource)
+      : device_resource_{std::move(device_resource)} {}
   torch_mem_pools(const torch_mem_pools&) = delete;
   torch_mem_pools& operator=(const torch_mem_pools&) = delete;
   ~torch_mem_pools();
@@ -85,7 +88,7 @@ class torch_mem_pools {
   // Destroys the retired pools whose blocks have all been freed.
   void sweep_retired();
 
-  std::function<mr::caching_options(c10::DeviceIndex)> options_;
+  std::function<mr::caching_resource&(c10::DeviceIndex)> device_resource_;
   std::mutex mutex_;
   std::map<key, mem_pool> pools_;
   std::vector<std::pair<key, std::unique_ptr<mr::pool>>> retired_;  // no use left, blocks still live

@@ -94,6 +94,7 @@ caching_state::~caching_state() {
         "{}: destroyed with {} allocation{} live ({}); their memory goes back to the device with the rest", name_,
         live_.size(), live_.size() == 1 ? "" : "s", syncmem::detail::format_bytes(bytes));
   }
+  settle_counts();
   bool device_alive = true;
   try {
     device_guard guard{device_};
@@ -222,6 +223,7 @@ void caching_state::hand_out(block* b, std::size_t bytes, std::size_t key, strea
   b->key.store(key, std::memory_order_relaxed);
   next_generation(b);
   totals_.hand_out(b->size, bytes);
+  if (counts_in_ != nullptr) counts_in_->handed_out(b->size, bytes);
 }
 
 void caching_state::free_live(void* p, stream_handle s) {
@@ -235,6 +237,7 @@ void caching_state::free_live(void* p, stream_handle s) {
     return;
   }
   totals_.take_back(b->size, b->requested.load(std::memory_order_relaxed));
+  if (counts_in_ != nullptr) counts_in_->taken_back(b->size, b->requested.load(std::memory_order_relaxed));
   next_generation(b);
   if (b->needs_slow_free.load(std::memory_order_relaxed) && pending_.hold(b, s, pool)) return;
   pools_.free_block(b, pool);

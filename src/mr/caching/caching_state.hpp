@@ -8,9 +8,11 @@
 // growable range and the pending frees.
 //
 // Locks, in the only order they may nest: a graph pool's (its memory counts
-// here: pool_accounts), mutex_, then the thread caches'
-// list, then a thread_cache's spinlock. The fast path takes only its own
-// thread's spinlock, and never holds it while taking another lock.
+// here: pool_accounts), mutex_, then the thread caches' list, then a
+// thread_cache's spinlock. The state of a pool whose memory counts in this one
+// (pool_options::counts_in) takes this mutex_ under its own, never the other
+// way. The fast path takes only its own thread's spinlock, and never holds it
+// while taking another lock.
 
 #include <cstddef>
 #include <cstdint>
@@ -61,11 +63,19 @@ class caching_state : public std::enable_shared_from_this<caching_state>, public
   [[nodiscard]] std::optional<std::size_t> limit() const noexcept { return reserved_.limit(); }
   [[nodiscard]] caching_statistics statistics();
 
-  // The graph pools' memory, counted with the cache's (caching::pool_accounts).
+  // The graph pools' memory, and that of the pools that count in this one,
+  // counted with the cache's (caching::pool_accounts).
   [[nodiscard]] bool reserve(std::size_t bytes, bool segment) noexcept override;
+  [[nodiscard]] bool admits(std::size_t bytes) noexcept override;
+  void add_reserved(std::size_t bytes) noexcept override;
+  void remove_reserved(std::size_t bytes) noexcept override;
   void unreserve(std::size_t bytes, bool segment) noexcept override;
   void handed_out(std::size_t size, std::size_t requested) noexcept override;
   void taken_back(std::size_t size, std::size_t requested) noexcept override;
+  // This state's memory counts in `other` too (pool_options::counts_in):
+  // before its first allocation, with no per-thread caches.
+  void count_in(std::shared_ptr<caching::pool_accounts> other);
+  void settle_counts() noexcept;
   void reset_peaks();
   [[nodiscard]] allocator_snapshot snapshot();
   void add_segment_observer(std::shared_ptr<segment_observer> observer);
@@ -128,8 +138,9 @@ class caching_state : public std::enable_shared_from_this<caching_state>, public
 
   // ---- the parts; all but the thread caches under mutex_ ----
   mutable caching::state_mutex mutex_;
-  caching::reservation reserved_;   // the graph pools' segments and pages too
-  std::size_t graph_segments_ = 0;  // of those, the graph pools' segments
+  caching::reservation reserved_;                      // the graph pools' segments and pages too
+  std::size_t graph_segments_ = 0;                     // of those, the graph pools' segments
+  std::shared_ptr<caching::pool_accounts> counts_in_;  // where this memory counts too, or null
   caching::stream_pools pools_;
   caching::caching_events events_;
   caching::pending_frees pending_;

@@ -1,8 +1,12 @@
-// caching_state as the graph pools' pool_accounts: their memory counts with the cache's.
+// caching_state as the pool_accounts of its graph pools and of the pools that
+// count in it: their memory counts with the cache's.
 
 #include <mutex>
 
+#include <fmt/format.h>
+
 #include "mr/caching/caching_state.hpp"
+#include "syncmem/error.hpp"
 
 namespace syncmem::mr::detail {
 
@@ -15,6 +19,21 @@ bool caching_state::reserve(std::size_t bytes, bool segment) noexcept {
   return true;
 }
 
+bool caching_state::admits(std::size_t bytes) noexcept {
+  std::lock_guard lock{mutex_};
+  return reserved_.admits(bytes);
+}
+
+void caching_state::add_reserved(std::size_t bytes) noexcept {
+  std::lock_guard lock{mutex_};
+  reserved_.add(bytes);
+}
+
+void caching_state::remove_reserved(std::size_t bytes) noexcept {
+  std::lock_guard lock{mutex_};
+  reserved_.remove(bytes);
+}
+
 void caching_state::unreserve(std::size_t bytes, bool segment) noexcept {
   std::lock_guard lock{mutex_};
   reserved_.remove(bytes);
@@ -25,11 +44,32 @@ void caching_state::unreserve(std::size_t bytes, bool segment) noexcept {
 void caching_state::handed_out(std::size_t size, std::size_t requested) noexcept {
   std::lock_guard lock{mutex_};
   totals_.hand_out(size, requested);
+  if (counts_in_ != nullptr) counts_in_->handed_out(size, requested);
 }
 
 void caching_state::taken_back(std::size_t size, std::size_t requested) noexcept {
   std::lock_guard lock{mutex_};
   totals_.take_back(size, requested);
+  if (counts_in_ != nullptr) counts_in_->taken_back(size, requested);
+}
+
+void caching_state::count_in(std::shared_ptr<caching::pool_accounts> other) {
+  std::lock_guard lock{mutex_};
+  SYNCMEM_EXPECTS(reserved_.bytes() == 0 && options_.thread_cache_size == 0,
+                  fmt::format("{}: count_in after its first allocation, or with per-thread caches", name_));
+  counts_in_ = std::move(other);
+  reserved_.count_in(counts_in_.get());
+}
+
+// What this state still counts in another one when it goes: its reserve and
+// the blocks still live (reported by the destructor), which go with it.
+void caching_state::settle_counts() noexcept {
+  if (counts_in_ == nullptr) return;
+  live_.for_each([this](std::uintptr_t, const caching::block* b) {
+    counts_in_->taken_back(b->size, b->requested.load(std::memory_order_relaxed));
+  });
+  counts_in_->remove_reserved(reserved_.bytes());
+  reserved_.count_in(nullptr);
 }
 
 }  // namespace syncmem::mr::detail

@@ -3,7 +3,9 @@
 // What a caching allocator holds from the device: bytes reserved, their peak,
 // the limit on them, and how often it grew and shrank. Shared by the ordinary
 // segments and the growable range. Not thread-safe (the allocator's lock),
-// except the limit, which set_limit may change from any thread.
+// except the limit, which set_limit may change from any thread. A pool's
+// reservation also counts in the resource it counts in (pool_options::counts_in):
+// its growths must stay within that one's limit too.
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +13,8 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+
+#include "mr/caching/pool_accounts.hpp"
 
 namespace syncmem::mr::detail::caching {
 
@@ -30,9 +34,13 @@ class reservation {
 
   // Whether `more` bytes stay within the limit; remembers a refusal for the
   // out-of-memory report, until forget_limit_hit.
+  // Set once, before the first growth; `accounts` outlives this.
+  void count_in(pool_accounts* accounts) noexcept { counts_in_ = accounts; }
+
   [[nodiscard]] bool admits(std::size_t more) noexcept {
     const std::size_t limit = limit_.load(std::memory_order_relaxed);
-    const bool ok = limit == no_limit || (more <= limit && reserved_ <= limit - more);
+    const bool ok = (limit == no_limit || (more <= limit && reserved_ <= limit - more)) &&
+                    (counts_in_ == nullptr || counts_in_->admits(more));
     limit_hit_ = limit_hit_ || !ok;
     return ok;
   }
@@ -42,8 +50,12 @@ class reservation {
   void add(std::size_t bytes) noexcept {
     reserved_ += bytes;
     peak_ = std::max(peak_, reserved_);
+    if (counts_in_ != nullptr) counts_in_->add_reserved(bytes);
   }
-  void remove(std::size_t bytes) noexcept { reserved_ -= bytes; }
+  void remove(std::size_t bytes) noexcept {
+    reserved_ -= bytes;
+    if (counts_in_ != nullptr) counts_in_->remove_reserved(bytes);
+  }
   [[nodiscard]] std::size_t bytes() const noexcept { return reserved_; }
   [[nodiscard]] std::size_t peak() const noexcept { return peak_; }
   void reset_peak() noexcept { peak_ = reserved_; }
@@ -61,6 +73,7 @@ class reservation {
   bool limit_hit_ = false;
   std::uint64_t growths_ = 0;
   std::uint64_t releases_ = 0;
+  pool_accounts* counts_in_ = nullptr;
 };
 
 }  // namespace syncmem::mr::detail::caching
