@@ -9,7 +9,8 @@ it doubles the batch from --start until a try fails, then halves the interval
 between the last batch that ran and the first that did not. Between tries the
 gradients are dropped and the cache emptied, so that each try starts from the
 model and the optimizer's state alone. Then it times --steps steps at the
-largest batch.
+largest batch, and runs the first batch that did not fit without the cap, to
+report the peak of the bytes it asks for: past the cap, no allocator fits it.
 
 Workloads (bf16 autocast, AdamW; weights from a fixed seed):
   gpt2      transformers.GPT2LMHeadModel, 8 layers, sequences of 1024 tokens
@@ -161,6 +162,24 @@ def run_one(workload: str, mode: str, scale: str, cap_gib: float, tries_steps: i
                 times.append(time.perf_counter() - start)
         except torch.OutOfMemoryError:
             timing_oom = True  # the batch ran --tries-steps steps, not this many
+    peak_reserved = torch.cuda.max_memory_reserved()
+    peak_requested = torch.cuda.memory_stats().get("requested_bytes.all.peak", 0)
+    # What the first batch that did not fit asks for at its peak, without the
+    # cap: over the cap, no allocator could have run it.
+    next_requested = 0
+    if bad <= LARGEST:
+        reset()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            for _ in range(tries_steps):
+                step(bad)
+            torch.cuda.synchronize()
+            next_requested = torch.cuda.memory_stats().get("requested_bytes.all.peak", 0)
+        except torch.OutOfMemoryError:
+            next_requested = -1  # more than the whole device
     return {
         "workload": workload,
         "mode": mode,
@@ -171,7 +190,10 @@ def run_one(workload: str, mode: str, scale: str, cap_gib: float, tries_steps: i
         "timing_oom": timing_oom,
         "step_ms": [t * 1e3 for t in times],
         "median_step_ms": statistics.median(times) * 1e3 if times else 0.0,
-        "peak_reserved": torch.cuda.max_memory_reserved(),
+        "peak_reserved": peak_reserved,
+        "peak_requested": peak_requested,
+        "next_batch": bad,
+        "next_peak_requested": next_requested,
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(),
     }
@@ -204,22 +226,35 @@ def summarize(runs: list[dict]) -> dict:
         "step_ms_min": min(medians),
         "step_ms_max": max(medians),
         "peak_reserved": statistics.median(r["peak_reserved"] for r in ok),
+        "timing_ooms": sum(1 for r in ok if r["timing_oom"]),
+        "peak_requested": statistics.median(r["peak_requested"] for r in ok),
+        "next_batch": statistics.median(r["next_batch"] for r in ok),
+        "next_peak_requested": statistics.median(r["next_peak_requested"] for r in ok),
     }
 
 
 def print_table(summary: dict[str, dict[str, dict]], cap_gib: float) -> None:
     print(f"cap {cap_gib:g} GiB (set_per_process_memory_fraction)")
     print(f"{'workload':9} {'mode':17} {'largest batch (min..max)':>25} {'items/step':>10} "
-          f"{'step ms at it (min..max)':>26} {'reserved':>10}")
+          f"{'step ms at it (min..max)':>26} {'reserved':>10} {'requested':>10} {'next needs':>16}")
     for workload, modes in summary.items():
         for mode, s in modes.items():
             if "error" in s:
                 print(f"{workload:9} {mode:17} failed: {s['error']}")
                 continue
             largest = f"{s['largest_batch']:g} ({s['largest_min']}..{s['largest_max']})"
+            largest += "*" * (s["timing_ooms"] > 0)
             step = f"{s['median_step_ms']:.1f} ({s['step_ms_min']:.1f}..{s['step_ms_max']:.1f})"
+            needs = s["next_peak_requested"]
+            needs = "over the device" if needs < 0 else f"{needs / (1 << 20):.0f}MiB"
             print(f"{workload:9} {mode:17} {largest:>25} {s['items_per_step']:>10g} {step:>26} "
-                  f"{s['peak_reserved'] / (1 << 20):7.0f}MiB")
+                  f"{s['peak_reserved'] / (1 << 20):7.0f}MiB {s['peak_requested'] / (1 << 20):7.0f}MiB "
+                  f"{needs:>9} at {s['next_batch']:g}")
+    print("requested: the peak of the bytes asked for at the largest batch; next needs: the same for the first "
+          "batch that did not fit, run without the cap (over the cap, no allocator could run it)")
+    if any(s.get("timing_ooms") for modes in summary.values() for s in modes.values()):
+        print("*: ran out of memory in the timed steps at that batch, after its tries had run (in as many processes as "
+              "timing_ooms in the JSON says)")
 
 
 def drive(args) -> int:
@@ -260,6 +295,7 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="a tiny model: checks that it runs end to end")
     p.add_argument("--json", help="write the summary and every process's figures here")
     p.add_argument("--process-timeout", type=float, default=900, help="seconds a worker may take")
+    p.add_argument("--report", metavar="JSON", help="print the table of a saved --json run again, and exit")
     p.add_argument("--worker", metavar="WORKLOAD", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="torch-default", help=argparse.SUPPRESS)
     p.add_argument("--scale", choices=tuple(SEQUENCE), help=argparse.SUPPRESS)
@@ -269,6 +305,12 @@ def main() -> int:
     for name, full, small in (("processes", 3, 1), ("steps", 10, 3), ("cap_gib", 16.0, 1.0)):
         if getattr(args, name) is None:
             setattr(args, name, small if smoke else full)
+    if args.report:
+        with open(args.report, encoding="utf-8") as f:
+            saved = json.load(f)
+        print_table({w: {m: summarize(rs) for m, rs in modes.items()} for w, modes in saved["runs"].items()},
+                    saved["cap_gib"])
+        return 0
     if args.worker:
         if args.worker not in WORKLOADS or args.mode not in MODES:
             raise SystemExit(f"--worker {args.worker} --mode {args.mode}: valid are {WORKLOADS} and {MODES}")
