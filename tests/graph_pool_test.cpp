@@ -943,6 +943,14 @@ TYPED_TEST(GraphPools, EachStreamCutsLargeBlocksFromARangeOfItsOwn) {
   EXPECT_EQ(segment_of(blocks[0]), segment_of(blocks[2]));
   EXPECT_NE(segment_of(blocks[0]), segment_of(blocks[1]));
   EXPECT_LT(segment_of(blocks[1]), c.segments.size());
+  // The checkpoint says which segments grow, and whose they are (PyTorch's
+  // snapshot shows them as expandable segments of that stream).
+  ASSERT_EQ(c.growable.size(), 2u);
+  for (const auto& [base, on] : c.growable) {
+    const void* mine = on.handle() == s.view().handle() ? blocks[0] : blocks[1];
+    EXPECT_TRUE(on.handle() == s.view().handle() || on.handle() == t.view().handle());
+    EXPECT_EQ(c.segments[segment_of(mine)].first, base) << "a growable segment named with another stream";
+  }
   s.synchronize();
   t.synchronize();
   resource.deallocate(blocks[0], n, s);

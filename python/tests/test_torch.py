@@ -386,6 +386,11 @@ owned = [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot()
          if tuple(s["segment_pool_id"]) == tuple(pool)]
 for p in captured[-3:]:
     assert any(a <= p < a + size for a, size in owned), "a graph's block is not in its pool's segments"
+if sys.argv[2] == "syncmem":
+    # Large blocks come from a growable segment per stream, shown as PyTorch shows expandable segments.
+    large = [s for s in torch.cuda.memory_snapshot()
+             if tuple(s["segment_pool_id"]) == tuple(pool) and s["total_size"] > (2 << 20)]
+    assert large and all(s["is_expandable"] and s["stream"] != 0 for s in large), large
 
 for launch in range(20):
     x.normal_(generator=gen)

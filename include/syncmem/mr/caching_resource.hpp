@@ -97,6 +97,10 @@ struct graph_pool_checkpoint {
   std::uint64_t pool_id = 0;                            ///< graph_pool::id()
   std::vector<std::pair<void*, std::size_t>> segments;  ///< every segment of the pool, by address, with its bytes
   std::vector<graph_pool_block> live;                   ///< its blocks that were handed out
+  /// @brief Of the segments, those that grow (one per stream that allocated
+  /// large blocks in the pool, as PyTorch's expandable segments): each one's
+  /// start and its stream. Not needed by restore.
+  std::vector<std::pair<void*, stream_view>> growable;
 };
 
 /// @brief What caching_resource::restore changed.

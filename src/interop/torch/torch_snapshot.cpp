@@ -53,6 +53,12 @@ void append_graph_pool(alloc::SnapshotInfo& info, c10::DeviceIndex device, c10::
     out.total_size = size;
     out.is_large = size > small_segment;
     out.owner_private_pool_id = owner;
+    for (const auto& [base, on] : pool.growable) {
+      if (base != ptr) continue;
+      // One per stream, as PyTorch's expandable segments of a private pool.
+      out.is_expandable = out.is_large = true;
+      out.stream = on.native_handle();
+    }
     const auto free_block = [&](std::size_t bytes) {
       c10::CachingDeviceAllocator::BlockInfo b;
       b.size = bytes;

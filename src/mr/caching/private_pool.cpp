@@ -474,6 +474,9 @@ graph_pool_checkpoint private_pool::checkpoint() {
   for (const auto& [p, bytes] : segments_) {
     if (bytes > 0) c.segments.emplace_back(p, bytes);
   }
+  for (const auto& [s, h] : heaps_) {
+    if (!h.pages.empty()) c.growable.emplace_back(h.base, syncmem::detail::stream_access::make(device_, s));
+  }
   for (const auto& [p, b] : blocks_) {
     if (!b.free) {
       c.live.push_back({p, live_allocation{b.requested, b.size, syncmem::detail::stream_access::make(device_, b.stream),
