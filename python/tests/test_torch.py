@@ -799,8 +799,8 @@ def test_mem_pools_route_this_threads_allocations_and_give_memory_back():
 # Memory history (torch.cuda.memory._record_memory_history): every allocation
 # and free in the trace with its Python stack, the segments obtained and given
 # back (pages mapped and unmapped in the growable range) adding up to what is
-# reserved, the stack of each live block in the snapshot, and memory_viz
-# renders it.
+# reserved (a MemPool's included), the stack of each live block in the
+# snapshot, and memory_viz renders it.
 HISTORY = """
 import sys
 import torch
@@ -857,6 +857,20 @@ del kept
 torch.cuda.empty_cache()
 trace = torch.cuda.memory._snapshot()["device_traces"][0]
 assert moved(trace, GAVE) > 0, "nothing given back was recorded"
+assert torch.cuda.memory_reserved() - reserved_before == moved(trace, GOT) - moved(trace, GAVE)
+# A MemPool's segments are recorded too, and given back when it goes; they
+# count in memory_reserved() as well, so the sums still agree.
+pool = torch.cuda.MemPool()
+with torch.cuda.use_mem_pool(pool):
+    inside = make(int(torch.randint(1 << 20, 8 << 20, (1,), generator=rng)))
+at = inside.data_ptr()
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+assert any(e["action"] in GOT and e["addr"] <= at < e["addr"] + e["size"] for e in trace), "a MemPool's segment unrecorded"
+assert torch.cuda.memory_reserved() - reserved_before == moved(trace, GOT) - moved(trace, GAVE)
+del inside, pool
+torch.cuda.empty_cache()
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+assert any(e["action"] in GAVE and e["addr"] <= at < e["addr"] + e["size"] for e in trace), "a MemPool's release unrecorded"
 assert torch.cuda.memory_reserved() - reserved_before == moved(trace, GOT) - moved(trace, GAVE)
 torch.cuda.memory._record_memory_history(enabled=None)
 assert not torch.cuda.memory._snapshot()["device_traces"][0], "the trace stays after recording stopped"

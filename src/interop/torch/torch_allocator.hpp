@@ -173,7 +173,10 @@ class torch_allocator final : public c10::cuda::CUDACachingAllocator::CUDAAlloca
   std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> oom_observers_;
   torch_ipc ipc_;
   torch_history history_;
-  torch_mem_pools mem_pools_{[this](c10::DeviceIndex device) -> mr::caching_resource& { return caching(device); }};
+  torch_mem_pools mem_pools_{[this](c10::DeviceIndex device) -> mr::caching_resource& { return caching(device); },
+                             [this](c10::DeviceIndex device, c10::MempoolId_t id, mr::caching_resource& r) {
+                               history_.watch_pool(device, id, r);
+                             }};
   // torch.cuda.caching_allocator_enable(False): allocations then go straight
   // to cudaMalloc and back to cudaFree, outside syncmem's caches and counts.
   std::atomic<bool> caching_enabled_{true};

@@ -15,26 +15,29 @@ using trace_entry = torch_history::trace_entry;
 
 constexpr std::size_t action_count = static_cast<std::size_t>(trace_entry::OOM) + 1;
 
-// Tells the history of one device's segments and of its growable range's mappings.
+// Tells the history of one resource's segments and of its growable range's
+// mappings: the device's, or a MemPool's (marked with its id).
 class segment_recorder final : public mr::segment_observer {
  public:
-  segment_recorder(torch_history& history, c10::DeviceIndex device) : history_{history}, device_{device} {}
+  segment_recorder(torch_history& history, c10::DeviceIndex device, c10::MempoolId_t pool = {0, 0})
+      : history_{history}, device_{device}, pool_{pool} {}
   void segment_added(void* base, std::size_t bytes) noexcept override {
-    history_.on_segment(device_, trace_entry::SEGMENT_ALLOC, base, bytes);
+    history_.on_segment(device_, trace_entry::SEGMENT_ALLOC, base, bytes, pool_);
   }
   void segment_releasing(void* base, std::size_t bytes) noexcept override {
-    history_.on_segment(device_, trace_entry::SEGMENT_FREE, base, bytes);
+    history_.on_segment(device_, trace_entry::SEGMENT_FREE, base, bytes, pool_);
   }
   void range_mapped(void* at, std::size_t bytes) noexcept override {
-    history_.on_segment(device_, trace_entry::SEGMENT_MAP, at, bytes);
+    history_.on_segment(device_, trace_entry::SEGMENT_MAP, at, bytes, pool_);
   }
   void range_unmapping(void* at, std::size_t bytes) noexcept override {
-    history_.on_segment(device_, trace_entry::SEGMENT_UNMAP, at, bytes);
+    history_.on_segment(device_, trace_entry::SEGMENT_UNMAP, at, bytes, pool_);
   }
 
  private:
   torch_history& history_;
   c10::DeviceIndex device_;
+  c10::MempoolId_t pool_;
 };
 
 }  // namespace
@@ -87,13 +90,13 @@ std::string torch_history::user_metadata() const {
 // in PyTorch's allocator, an entry carries its stack only from level ALLOC
 // (at STATE, stacks are kept for the live blocks alone).
 void torch_history::add(c10::DeviceIndex device, trace_entry::Action action, std::size_t addr, std::size_t size,
-                        void* stream, context ctx) {
+                        void* stream, context ctx, c10::MempoolId_t pool) {
   if (skip_[static_cast<std::size_t>(action)]) return;
   const auto d = static_cast<std::size_t>(std::max<c10::DeviceIndex>(device, 0));
   if (traces_.size() <= d) traces_.resize(d + 1);
   auto& trace = traces_[d];
   if (trace.size() == max_entries_) trace.pop_front();
-  trace.emplace_back(action, device, addr, size, stream, c10::MempoolId_t{0, 0}, c10::getApproximateTime(),
+  trace.emplace_back(action, device, addr, size, stream, pool, c10::getApproximateTime(),
                      when_ >= RecordContext::ALLOC ? std::move(ctx) : nullptr, std::string{}, user_metadata_);
 }
 
@@ -129,11 +132,16 @@ void torch_history::watch(c10::DeviceIndex device, mr::caching_resource& resourc
   resource.add_segment_observer(std::make_shared<segment_recorder>(*this, device));
 }
 
-void torch_history::on_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes) {
+void torch_history::watch_pool(c10::DeviceIndex device, c10::MempoolId_t pool, mr::caching_resource& resource) {
+  resource.add_segment_observer(std::make_shared<segment_recorder>(*this, device, pool));
+}
+
+void torch_history::on_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes,
+                               c10::MempoolId_t pool) {
   if (!enabled()) return;
   try {
     std::lock_guard lock{mutex_};
-    add(device, action, reinterpret_cast<std::uintptr_t>(at), bytes, nullptr, segment_cause_now);
+    add(device, action, reinterpret_cast<std::uintptr_t>(at), bytes, nullptr, segment_cause_now, pool);
   } catch (...) {  // NOLINT(bugprone-empty-catch): an observer must not throw; the entry is lost, as from a full ring
   }
 }

@@ -66,10 +66,14 @@ class torch_history {
   // Records the segments of `resource`, the caching resource of `device`, from
   // now on; once per device (later calls do nothing).
   void watch(c10::DeviceIndex device, mr::caching_resource& resource);
+  // Records the segments of the resource of a MemPool's pool, marked with its
+  // id, from now on (until the pool goes, its segments recorded freed then).
+  void watch_pool(c10::DeviceIndex device, c10::MempoolId_t pool, mr::caching_resource& resource);
   // A segment event (SEGMENT_ALLOC, _FREE, _MAP, _UNMAP), with the stack of
   // this thread's segment_cause (the resource tells of its segments under its
   // lock, where Python's stack cannot be read).
-  void on_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes);
+  void on_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes,
+                  c10::MempoolId_t pool = {0, 0});
 
   // The traces, one per device of `device_count`, with unix times (the
   // snapshot's device_traces); the context each live block was allocated in.
@@ -78,7 +82,7 @@ class torch_history {
 
  private:
   void add(c10::DeviceIndex device, trace_entry::Action action, std::size_t addr, std::size_t size, void* stream,
-           context ctx);
+           context ctx, c10::MempoolId_t pool = {0, 0});
 
   std::atomic<bool> enabled_{false};
   mutable std::mutex mutex_;

@@ -40,7 +40,7 @@ bool torch_mem_pools::is_mem_pool(c10::DeviceIndex device, c10::MempoolId_t id) 
   return pools_.count({device, id}) != 0;
 }
 
-mr::pool& torch_mem_pools::pool_of(c10::DeviceIndex device, mem_pool& p) {
+mr::pool& torch_mem_pools::pool_of(c10::DeviceIndex device, c10::MempoolId_t id, mem_pool& p) {
   if (!p.pool) {
     mr::caching_resource& counted_in = device_resource_(device);
     mr::pool_options o;
@@ -48,6 +48,7 @@ mr::pool& torch_mem_pools::pool_of(c10::DeviceIndex device, mem_pool& p) {
     o.counts_in = &counted_in;
     o.caching = counted_in.options();
     p.pool = std::make_unique<mr::pool>(device_id::cuda(device), o);
+    if (pool_made_) pool_made_(device, id, p.pool->resource());
   }
   return *p.pool;
 }
@@ -63,7 +64,7 @@ void torch_mem_pools::set_use_on_oom(c10::DeviceIndex device, c10::MempoolId_t i
     // Any allocation of the device that its own cache cannot serve may take
     // the pool's memory, as PyTorch's use_on_oom pools serve.
     p.oom_route = syncmem::detail::add_filtered_route(
-        device_id::cuda(device), [](stream_handle) { return true; }, &pool_of(device, p), true);
+        device_id::cuda(device), [](stream_handle) { return true; }, &pool_of(device, id, p), true);
   } else if (!use_on_oom && p.oom_route != 0) {
     syncmem::detail::remove_filtered_route(std::exchange(p.oom_route, 0));
   }
@@ -85,7 +86,7 @@ void torch_mem_pools::set_no_split(c10::DeviceIndex device, c10::MempoolId_t id)
     p.pool.reset();
     if (p.oom_route != 0) {
       p.oom_route = syncmem::detail::add_filtered_route(
-          device_id::cuda(device), [](stream_handle) { return true; }, &pool_of(device, p), true);
+          device_id::cuda(device), [](stream_handle) { return true; }, &pool_of(device, id, p), true);
     }
   }
 }
@@ -105,7 +106,7 @@ bool torch_mem_pools::begin(c10::DeviceIndex device, c10::MempoolId_t id,
         const cudaStream_t c = syncmem::cuda::native(s);
         return capturing(c) == false && (*covers)(c);
       },
-      &pool_of(device, p), false);
+      &pool_of(device, id, p), false);
   try {
     r.capture = syncmem::detail::external_capture_began(
         device_id::cuda(device), syncmem::detail::graph_pool_access::state(p.graph_memory), [covers](stream_handle s) {

@@ -36,9 +36,11 @@ namespace syncmem::interop {
 class torch_mem_pools {
  public:
   // `device_resource`: syncmem.torch's resource of a device, which outlives
-  // the pools; they take its options and count in it.
-  explicit torch_mem_pools(std::function<mr::caching_resource&(c10::DeviceIndex)> device_resource)
-      : device_resource_{std::move(device_resource)} {}
+  // the pools; they take its options and count in it. `pool_made`: told of
+  // each pool's resource once made (the memory history watches its segments).
+  using pool_made_fn = std::function<void(c10::DeviceIndex, c10::MempoolId_t, mr::caching_resource&)>;
+  torch_mem_pools(std::function<mr::caching_resource&(c10::DeviceIndex)> device_resource, pool_made_fn pool_made)
+      : device_resource_{std::move(device_resource)}, pool_made_{std::move(pool_made)} {}
   torch_mem_pools(const torch_mem_pools&) = delete;
   torch_mem_pools& operator=(const torch_mem_pools&) = delete;
   ~torch_mem_pools();
@@ -84,11 +86,12 @@ class torch_mem_pools {
   };
   using key = std::pair<c10::DeviceIndex, c10::MempoolId_t>;
 
-  mr::pool& pool_of(c10::DeviceIndex device, mem_pool& p);
+  mr::pool& pool_of(c10::DeviceIndex device, c10::MempoolId_t id, mem_pool& p);
   // Destroys the retired pools whose blocks have all been freed.
   void sweep_retired();
 
   std::function<mr::caching_resource&(c10::DeviceIndex)> device_resource_;
+  pool_made_fn pool_made_;
   std::mutex mutex_;
   std::map<key, mem_pool> pools_;
   std::vector<std::pair<key, std::unique_ptr<mr::pool>>> retired_;  // no use left, blocks still live
