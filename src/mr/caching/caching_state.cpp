@@ -547,30 +547,7 @@ std::size_t caching_state::release_idle_segments() {
   return released;
 }
 
-// ==== statistics and snapshots ================================================
-
-caching_statistics caching_state::statistics() {
-  std::lock_guard lock{mutex_};
-  const auto t = totals_.current(caches_);
-  caching_statistics s = totals_.report(t);
-  s.reserved_bytes = reserved_.bytes();
-  s.peak_reserved_bytes = reserved_.peak();
-  s.cached_bytes = pools_.free_bytes() + t.thread_cached;
-  s.pending_bytes = pending_.bytes();
-  s.largest_free_block = pools_.largest_free();
-  s.splits = pools_.splits();
-  s.merges = pools_.merges();
-  s.segments = segments_.all().size() + (range_.has_mapped_pages() ? 1 : 0) + graph_segments_;
-  s.segment_allocations = reserved_.growths();
-  s.segment_releases = reserved_.releases();
-  return s;
-}
-
-void caching_state::reset_peaks() {
-  std::lock_guard lock{mutex_};
-  totals_.reset_peaks(caches_, caches_.made_for_this_thread());
-  reserved_.reset_peak();
-}
+// ==== snapshots (statistics: caching_state_accounts.cpp) ========================
 
 allocator_snapshot caching_state::snapshot() {
   std::lock_guard lock{mutex_};

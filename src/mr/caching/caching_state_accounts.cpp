@@ -1,5 +1,6 @@
-// caching_state as the pool_accounts of its graph pools and of the pools that
-// count in it: their memory counts with the cache's.
+// caching_state's counts: its statistics and peaks, and the pool_accounts of
+// its graph pools and of the pools that count in it, whose memory counts with
+// the cache's.
 
 #include <mutex>
 
@@ -9,6 +10,29 @@
 #include "syncmem/error.hpp"
 
 namespace syncmem::mr::detail {
+
+caching_statistics caching_state::statistics() {
+  std::lock_guard lock{mutex_};
+  const auto t = totals_.current(caches_);
+  caching_statistics s = totals_.report(t);
+  s.reserved_bytes = reserved_.bytes();
+  s.peak_reserved_bytes = reserved_.peak();
+  s.cached_bytes = pools_.free_bytes() + t.thread_cached;
+  s.pending_bytes = pending_.bytes();
+  s.largest_free_block = pools_.largest_free();
+  s.splits = pools_.splits();
+  s.merges = pools_.merges();
+  s.segments = segments_.all().size() + (range_.has_mapped_pages() ? 1 : 0) + graph_segments_;
+  s.segment_allocations = reserved_.growths();
+  s.segment_releases = reserved_.releases();
+  return s;
+}
+
+void caching_state::reset_peaks() {
+  std::lock_guard lock{mutex_};
+  totals_.reset_peaks(caches_, caches_.made_for_this_thread());
+  reserved_.reset_peak();
+}
 
 bool caching_state::reserve(std::size_t bytes, bool segment) noexcept {
   std::lock_guard lock{mutex_};
