@@ -384,6 +384,12 @@ std::string caching_state::out_of_memory_hint(std::size_t key, std::size_t cache
         "would be passed",
         format_bytes(reserved_.limit().value_or(reservation::no_limit)));
   }
+  if (reserved_.counted_in_refused()) {
+    if (!hint.empty()) hint += "; ";
+    hint +=
+        "the limit of the resource this pool's memory counts in (pool_options::counts_in; under "
+        "syncmem.torch, the memory fraction) would be passed";
+  }
   return hint;
 }
 

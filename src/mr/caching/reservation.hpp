@@ -39,13 +39,16 @@ class reservation {
 
   [[nodiscard]] bool admits(std::size_t more) noexcept {
     const std::size_t limit = limit_.load(std::memory_order_relaxed);
-    const bool ok = (limit == no_limit || (more <= limit && reserved_ <= limit - more)) &&
-                    (counts_in_ == nullptr || counts_in_->admits(more));
-    limit_hit_ = limit_hit_ || !ok;
+    const bool own = limit == no_limit || (more <= limit && reserved_ <= limit - more);
+    const bool ok = own && (counts_in_ == nullptr || counts_in_->admits(more));
+    limit_hit_ = limit_hit_ || !own;
+    counted_in_refused_ = counted_in_refused_ || (own && !ok);
     return ok;
   }
   [[nodiscard]] bool limit_hit() const noexcept { return limit_hit_; }
-  void forget_limit_hit() noexcept { limit_hit_ = false; }
+  // Whether the resource this one counts in refused a growth (its limit).
+  [[nodiscard]] bool counted_in_refused() const noexcept { return counted_in_refused_; }
+  void forget_limit_hit() noexcept { limit_hit_ = counted_in_refused_ = false; }
 
   void add(std::size_t bytes) noexcept {
     reserved_ += bytes;
@@ -71,6 +74,7 @@ class reservation {
   std::size_t reserved_ = 0;
   std::size_t peak_ = 0;
   bool limit_hit_ = false;
+  bool counted_in_refused_ = false;
   std::uint64_t growths_ = 0;
   std::uint64_t releases_ = 0;
   pool_accounts* counts_in_ = nullptr;
