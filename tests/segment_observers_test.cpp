@@ -1,7 +1,8 @@
 // A caching_resource's segment observers (mr/segment_observer.hpp): told of
 // every ordinary segment when added, of each segment obtained, and of each
 // segment before it is given back, while its memory is still the device's;
-// likewise of the growable range's pages as they are mapped and unmapped.
+// likewise of the growable range's pages as they are mapped and unmapped, and
+// of graph pools' memory, marked with the pool's id.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,10 +12,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "device_ops.hpp"
+#include "syncmem/graph.hpp"
+#include "syncmem/graph_pool.hpp"
 #include "syncmem/memory_kind.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/segment_observer.hpp"
@@ -74,7 +79,63 @@ class recording_observer final : public mr::segment_observer {
     if (first < start) mapped_.emplace(first, start);
     if (end < last) mapped_.emplace(end, last);
   }
+  void graph_pool_added(std::uint64_t pool, void* at, std::size_t bytes, bool mapped) noexcept override {
+    std::lock_guard lock{mutex_};
+    if (destroyed_) problems_.push_back("told of a graph pool after the resource went");
+    const auto start = reinterpret_cast<std::uintptr_t>(at);
+    auto& held = graph_[pool];
+    const auto next = held.lower_bound(start);
+    if (bytes == 0 || (next != held.end() && next->first < start + bytes) ||
+        (next != held.begin() && std::prev(next)->second > start)) {
+      problems_.push_back("graph pool memory added twice");
+      return;
+    }
+    held.emplace(start, start + bytes);
+    if (mapped) ++graph_mapped_;
+  }
+  void graph_pool_releasing(std::uint64_t pool, void* at, std::size_t bytes, bool mapped) noexcept override {
+    std::lock_guard lock{mutex_};
+    if (destroyed_) problems_.push_back("told of a graph pool after the resource went");
+    (void)mapped;
+    // What goes is told of at once: stretches added side by side go as one.
+    const auto start = reinterpret_cast<std::uintptr_t>(at);
+    auto& held = graph_[pool];
+    auto it = held.find(start);
+    std::uintptr_t reached = start;
+    while (it != held.end() && it->first == reached && reached < start + bytes) {
+      reached = it->second;
+      it = held.erase(it);
+    }
+    if (reached != start + bytes) problems_.push_back("released graph pool memory never added");
+    if (held.empty()) graph_.erase(pool);
+  }
   void resource_destroyed() noexcept override { destroyed_ = true; }
+  // The bytes of graph pool `pool` it was told of, and whether [p, p + n) lies in them.
+  [[nodiscard]] std::size_t graph_bytes(std::uint64_t pool) const {
+    std::lock_guard lock{mutex_};
+    std::size_t total = 0;
+    if (const auto it = graph_.find(pool); it != graph_.end()) {
+      for (const auto& [start, end] : it->second) total += end - start;
+    }
+    return total;
+  }
+  [[nodiscard]] bool in_graph_pool(std::uint64_t pool, const void* p, std::size_t n) const {
+    std::lock_guard lock{mutex_};
+    const auto g = graph_.find(pool);
+    if (g == graph_.end()) return false;
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    auto it = g->second.upper_bound(at);
+    if (it == g->second.begin()) return false;
+    --it;
+    std::uintptr_t reached = it->second;
+    while (reached < at + n && ++it != g->second.end() && it->first == reached) reached = it->second;
+    return reached >= at + n;
+  }
+  [[nodiscard]] std::size_t graph_pools() const {
+    std::lock_guard lock{mutex_};
+    return graph_.size();
+  }
+  [[nodiscard]] int graph_mapped() const { return graph_mapped_; }
   [[nodiscard]] std::size_t mapped_bytes() const {
     std::lock_guard lock{mutex_};
     std::size_t total = 0;
@@ -119,6 +180,8 @@ class recording_observer final : public mr::segment_observer {
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, std::size_t> live_;
   std::map<std::uintptr_t, std::uintptr_t> mapped_;  // start -> end of stretches of the growable range
+  std::map<std::uint64_t, std::map<std::uintptr_t, std::uintptr_t>> graph_;  // by graph pool: start -> end
+  int graph_mapped_ = 0;
   std::vector<std::string> problems_;
   int added_ = 0;
   int released_ = 0;
@@ -202,6 +265,66 @@ TYPED_TEST(segment_observers_test, SeesTheGrowableRangesPagesMappedAndUnmapped) 
   EXPECT_TRUE(observer->destroyed());
   EXPECT_EQ(observer->mapped_bytes(), 0U);
   EXPECT_THAT(observer->problems(), ::testing::IsEmpty());
+}
+
+// A graph pool's memory is told of with its pool's id, apart from the ordinary
+// segments: as it grows in captures, all at once to an observer added later,
+// and before it goes with the pool's last graph; an observer removed meanwhile
+// hears nothing more, and a pool that outlives the resource tells nobody.
+TYPED_TEST(segment_observers_test, SeesGraphPoolsMemoryMarkedWithTheirPool) {
+  const auto device = this->dev();
+  stream s{device};
+  auto early = std::make_shared<recording_observer>(device);
+  auto late = std::make_shared<recording_observer>(device);
+  auto& r = rng();
+  std::optional<graph_pool> kept;  // outlives the resource
+  {
+    mr::caching_resource resource{device};
+    resource.add_segment_observer(early);
+    std::optional<graph_pool> pool{std::in_place};
+    std::vector<std::pair<void*, std::size_t>> blocks;
+    std::vector<graph> graphs;
+    for (int capture = 0; capture < 3; ++capture) {
+      begin_capture(s, *pool);
+      for (const std::size_t bytes : {std::uniform_int_distribution<std::size_t>{1, MiB}(r),
+                                      std::uniform_int_distribution<std::size_t>{MiB + 1, 9 * MiB}(r)}) {
+        blocks.emplace_back(resource.allocate(bytes, s), bytes);
+        device_add_bytes(s, blocks.back().first, bytes, 1);
+      }
+      graphs.push_back(end_capture(s));
+    }
+    const std::uint64_t id = pool->id();
+    for (const auto& [p, bytes] : blocks) {
+      EXPECT_TRUE(early->in_graph_pool(id, p, bytes)) << bytes << " bytes";
+      EXPECT_FALSE(early->covers(p, bytes)) << "a graph pool's block in an ordinary segment";
+    }
+    EXPECT_EQ(early->graph_bytes(id), pool->reserved_bytes());
+
+    resource.add_segment_observer(late);  // told of what the pool holds at once
+    EXPECT_EQ(late->graph_bytes(id), pool->reserved_bytes());
+    for (const auto& [p, bytes] : blocks) EXPECT_TRUE(late->in_graph_pool(id, p, bytes));
+    EXPECT_TRUE(resource.remove_segment_observer(late.get()));
+
+    s.synchronize();
+    for (const auto& [p, bytes] : blocks) resource.deallocate(p, bytes, s);
+    graphs.clear();
+    pool.reset();  // its memory goes: told before
+    EXPECT_EQ(early->graph_pools(), 0U);
+    EXPECT_EQ(late->graph_pools(), 1U) << "a removed observer was told";
+
+    kept.emplace();
+    begin_capture(s, *kept);
+    void* p = resource.allocate(3 * MiB, s);
+    device_add_bytes(s, p, 3 * MiB, 1);
+    graph g = end_capture(s);
+    EXPECT_EQ(early->graph_bytes(kept->id()), kept->reserved_bytes());
+    s.synchronize();
+    resource.deallocate(p, 3 * MiB, s);
+  }
+  EXPECT_TRUE(early->destroyed());
+  kept.reset();  // after the resource: nobody is told
+  EXPECT_THAT(early->problems(), ::testing::IsEmpty());
+  EXPECT_THAT(late->problems(), ::testing::IsEmpty());
 }
 
 TYPED_TEST(segment_observers_test, RemovedObserversHearNothing) {

@@ -126,11 +126,18 @@ allocator_snapshot caching_resource::snapshot() const { return state_->snapshot(
 
 void caching_resource::add_segment_observer(std::shared_ptr<segment_observer> observer) {
   SYNCMEM_EXPECTS(observer != nullptr, fmt::format("{}: add_segment_observer with a null observer", name()));
-  state_->add_segment_observer(std::move(observer));
+  state_->add_segment_observer(observer);
+  try {
+    private_->observe(observer);
+  } catch (...) {
+    (void)state_->remove_segment_observer(observer.get());
+    throw;
+  }
 }
 
 bool caching_resource::remove_segment_observer(const segment_observer* observer) noexcept {
-  return state_->remove_segment_observer(observer);
+  const bool was_there = state_->remove_segment_observer(observer);
+  return private_->stop_observing(observer) || was_there;
 }
 
 void* caching_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t) {

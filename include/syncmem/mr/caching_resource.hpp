@@ -248,7 +248,8 @@ class caching_resource final : public memory_resource {
   /// @brief Tells `observer` of every ordinary segment held now, then of each
   /// segment obtained and (before it is given back) released from now on, until
   /// it is removed or the resource is destroyed (then each segment is reported
-  /// released and the observer is told, see segment_observer).
+  /// released and the observer is told, see segment_observer); likewise of the
+  /// memory of its graph pools (segment_observer::graph_pool_added).
   /// @throws syncmem::logic_error for a null observer
   void add_segment_observer(std::shared_ptr<segment_observer> observer);
   /// @brief Stops telling `observer`; returns whether it was added.

@@ -3,9 +3,11 @@
 /// @file mr/segment_observer.hpp
 /// @brief Told when a caching_resource obtains a segment from the device and
 /// before it gives one back: how NCCL's user-buffer registration follows the
-/// allocator's memory (syncmem::nccl::communicator::register_segments).
+/// allocator's memory (syncmem::nccl::communicator::register_segments), and
+/// how syncmem.torch's memory history records segments.
 
 #include <cstddef>
+#include <cstdint>
 
 namespace syncmem::mr {
 
@@ -41,6 +43,28 @@ class segment_observer {
   virtual void range_unmapping(void* at, std::size_t bytes) noexcept {
     (void)at;
     (void)bytes;
+  }
+  /// @brief Memory of the resource's graph pool `pool` (graph_pool::id()) at
+  /// `[at, at + bytes)` was obtained: a segment of the pool's own, or, when
+  /// `mapped`, pages mapped at the end of one of its growable segments. Also
+  /// called for each such stretch held when the observer is added. A graph
+  /// pool's memory counts in the resource's statistics, but only the graphs
+  /// captured into that pool allocate from it. Called under the pool's lock
+  /// (not the resource's), with the rules above.
+  virtual void graph_pool_added(std::uint64_t pool, void* at, std::size_t bytes, bool mapped) noexcept {
+    (void)pool;
+    (void)at;
+    (void)bytes;
+    (void)mapped;
+  }
+  /// @brief What graph_pool_added told of is about to be given back (unmapped,
+  /// when `mapped`): the graph pool goes, with its last graph and handle. A
+  /// graph pool that outlives the resource is no longer observed.
+  virtual void graph_pool_releasing(std::uint64_t pool, void* at, std::size_t bytes, bool mapped) noexcept {
+    (void)pool;
+    (void)at;
+    (void)bytes;
+    (void)mapped;
   }
   /// @brief The resource is being destroyed: segment_releasing (range_unmapping)
   /// was called for each segment (mapped stretch) it holds, and nothing more will be called (the observer

@@ -50,13 +50,15 @@ void unreserve(const std::weak_ptr<pool_accounts>& accounts, std::size_t bytes, 
 }  // namespace
 
 private_pool::private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
-                           std::string name, std::weak_ptr<pool_accounts> accounts)
+                           std::string name, std::weak_ptr<pool_accounts> accounts,
+                           std::shared_ptr<const graph_pool_observers> observers)
     : device_{device},
       upstream_{upstream},
       pool_id_{owner.id},
       usage_{owner.usage},
       name_{std::move(name)},
-      accounts_{std::move(accounts)} {}
+      accounts_{std::move(accounts)},
+      observers_{std::move(observers)} {}
 
 private_pool::~private_pool() {
   try {
@@ -67,8 +69,8 @@ private_pool::~private_pool() {
     for (const auto& [p, bytes] : segments_) {
       usage_->reserved.fetch_sub(bytes);
       if (bytes > 0) unreserve(accounts_, bytes, true);
-      const bool growable =
-          std::any_of(heaps_.begin(), heaps_.end(), [q = p](const auto& h) { return h.second.base == q; });
+      const bool growable = is_heap(p);
+      if (bytes > 0) observers_->releasing(pool_id_, p, bytes, growable);
       if (growable) continue;
       if (upstream_ != nullptr) {
         upstream_->deallocate(p, bytes, default_stream(device_));
@@ -89,6 +91,16 @@ private_pool::~private_pool() {
     // the device is gone, and its memory with it
     syncmem::detail::log_ignored("freeing a private pool's memory");
   }
+}
+
+void private_pool::report_to(segment_observer& observer) const noexcept {
+  for (const auto& [p, bytes] : segments_) {
+    if (bytes > 0) observer.graph_pool_added(pool_id_, p, bytes, is_heap(p));
+  }
+}
+
+bool private_pool::is_heap(const void* base) const noexcept {
+  return std::any_of(heaps_.begin(), heaps_.end(), [base](const auto& h) { return h.second.base == base; });
 }
 
 bool private_pool::reusable(const block& b, stream_handle s, std::uint64_t capture) {
@@ -245,6 +257,7 @@ private_pool::block_map::iterator private_pool::new_segment(std::size_t size, bo
     segments_.emplace(p, size);
     const auto it = blocks_.emplace(p, std::move(b)).first;
     usage_->reserved.fetch_add(size);
+    observers_->added(pool_id_, p, size, false);
     return it;
   } catch (...) {
     segments_.erase(p);
@@ -322,6 +335,7 @@ bool private_pool::grow_heap(heap& h, std::size_t bytes) {
   h.pages.insert(h.pages.end(), pages.begin(), pages.end());
   segments_.at(h.base) += count * page_;
   usage_->reserved.fetch_add(count * page_);
+  observers_->added(pool_id_, at(h.base, mapped), count * page_, true);
   return true;
 }
 

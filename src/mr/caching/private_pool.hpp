@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "mr/caching/graph_pool_observers.hpp"
 #include "mr/caching/pool_accounts.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
@@ -34,9 +35,11 @@ namespace syncmem::mr::detail::caching {
 
 class private_pool {
  public:
-  // Its memory counts toward `accounts` (the caching resource's statistics and limit) while they live.
+  // Its memory counts toward `accounts` (the caching resource's statistics
+  // and limit) while they live; `observers` are told of its segments.
   private_pool(device_id device, memory_resource* upstream, const syncmem::detail::graph_pool_state& owner,
-               std::string name, std::weak_ptr<pool_accounts> accounts);
+               std::string name, std::weak_ptr<pool_accounts> accounts,
+               std::shared_ptr<const graph_pool_observers> observers);
   // Gives every segment back, after the device's work is done (no launch of
   // a graph may still be using them). Every block is free by then.
   ~private_pool();
@@ -56,6 +59,10 @@ class private_pool {
   [[nodiscard]] std::optional<live_allocation> info(const void* p);
   // The graph_pool's number.
   [[nodiscard]] std::uint64_t pool_id() const noexcept { return pool_id_; }
+  // Holds the pool still (no segment comes or goes) while a new observer is
+  // told of what it holds (report_to, called under it) and joins the others.
+  [[nodiscard]] std::unique_lock<std::mutex> hold() { return std::unique_lock{mutex_}; }
+  void report_to(segment_observer& observer) const noexcept;
   // Every segment, and the blocks handed out (caching_resource::checkpoint).
   [[nodiscard]] graph_pool_checkpoint checkpoint();
   // Frees every live block, then hands out again those `c` found live
@@ -96,6 +103,8 @@ class private_pool {
     std::vector<syncmem::detail::physical_handle> pages;
   };
 
+  // Whether the segment at `base` is a growable one.
+  [[nodiscard]] bool is_heap(const void* base) const noexcept;
   // Whether `b`, free, may be handed out in capture `capture` on `s`.
   bool reusable(const block& b, stream_handle s, std::uint64_t capture);
   // The smallest free block of at least `size` that may be handed out so; blocks_.end() if none.
@@ -143,6 +152,7 @@ class private_pool {
   std::shared_ptr<syncmem::detail::graph_pool_usage> usage_;  // the graph_pool's counts
   std::string name_;
   std::weak_ptr<pool_accounts> accounts_;  // the caching resource's
+  std::shared_ptr<const graph_pool_observers> observers_;
   std::mutex mutex_;
   std::map<void*, std::size_t> segments_;  // every segment, by address, with its bytes (mapped, if growable)
   block_map blocks_;                       // every block, by address: they tile the segments

@@ -58,7 +58,7 @@ void* private_pools::allocate(std::size_t bytes, stream_view s, const syncmem::d
     if (auto it = by_pool_.find(capture.pool->id); it != by_pool_.end()) pool = it->second.lock();
     if (!pool) {
       std::erase_if(by_pool_, [](const auto& entry) { return entry.second.expired(); });
-      pool = std::make_shared<private_pool>(device_, upstream_, *capture.pool, name_, accounts_);
+      pool = std::make_shared<private_pool>(device_, upstream_, *capture.pool, name_, accounts_, observers_);
       capture.pool->hold(pool);
       by_pool_[capture.pool->id] = pool;
     }
@@ -171,9 +171,24 @@ graph_pool_restored private_pools::restore(const graph_pool_checkpoint& c) {
   return r;
 }
 
+void private_pools::observe(const std::shared_ptr<segment_observer>& observer) {
+  std::vector<std::shared_ptr<private_pool>> pools;  // let go after the lock: a pool's last owner frees its memory
+  std::lock_guard lock{mutex_};                      // no pool is made meanwhile
+  for (const auto& [id, weak] : by_pool_) {
+    if (auto pool = weak.lock()) pools.push_back(std::move(pool));
+  }
+  // Only this function holds more than one pool's lock, and one call at a time.
+  std::vector<std::unique_lock<std::mutex>> held;
+  held.reserve(pools.size());
+  for (const auto& pool : pools) held.push_back(pool->hold());
+  for (const auto& pool : pools) pool->report_to(*observer);
+  observers_->add(observer);
+}
+
 void private_pools::detach() noexcept {
   std::lock_guard lock{mutex_};
   release_ = nullptr;
+  observers_->clear();
 }
 
 void private_pools::give_back(void* p, std::size_t bytes) noexcept {

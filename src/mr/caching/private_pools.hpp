@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "mr/caching/graph_pool_observers.hpp"
 #include "mr/caching/private_pool.hpp"
 #include "syncmem/mr/caching_resource.hpp"
 #include "syncmem/mr/memory_resource.hpp"
@@ -84,7 +85,13 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   [[nodiscard]] graph_pool_checkpoint checkpoint(std::uint64_t pool_id);
   // caching_resource::restore.
   graph_pool_restored restore(const graph_pool_checkpoint& c);
-  // The resource is going: ordinary blocks held by graphs are no longer given back.
+  // Tells `observer` of every segment of the pools now (under each pool's
+  // lock, all held at once, so that nothing is told twice or missed), then of
+  // those that come and go (segment_observer::graph_pool_added, _releasing).
+  void observe(const std::shared_ptr<segment_observer>& observer);
+  bool stop_observing(const segment_observer* observer) noexcept { return observers_->remove(observer); }
+  // The resource is going: ordinary blocks held by graphs are no longer given
+  // back, and the pools that outlive it tell its observers nothing more.
   void detach() noexcept;
 
   // Gives back an ordinary block that a graph_pool held (see deallocate).
@@ -97,6 +104,7 @@ class private_pools : public std::enable_shared_from_this<private_pools> {
   std::mutex mutex_;
   release_fn release_;  // under mutex_; empty once detached
   std::weak_ptr<pool_accounts> accounts_;
+  std::shared_ptr<graph_pool_observers> observers_ = std::make_shared<graph_pool_observers>();
   std::unordered_map<std::uint64_t, std::weak_ptr<private_pool>> by_pool_;  // by graph_pool id
   std::unordered_map<void*, std::shared_ptr<private_pool>> live_;           // blocks handed out, each keeping its pool
   std::atomic<std::size_t> live_count_{0};                                  // live_.size(), read without the lock
