@@ -872,6 +872,27 @@ torch.cuda.empty_cache()
 trace = torch.cuda.memory._snapshot()["device_traces"][0]
 assert any(e["action"] in GAVE and e["addr"] <= at < e["addr"] + e["size"] for e in trace), "a MemPool's release unrecorded"
 assert torch.cuda.memory_reserved() - reserved_before == moved(trace, GOT) - moved(trace, GAVE)
+# So are a CUDA graph's pool's, a large block's and a small one's, as the
+# capture grows it and when the graph goes.
+def recorded(trace, actions, at):
+    return any(e["action"] in actions and e["addr"] <= at < e["addr"] + e["size"] for e in trace)
+src = make(int(torch.randint(1 << 20, 8 << 20, (1,), generator=rng)))
+g = torch.cuda.CUDAGraph()
+torch.cuda.synchronize()
+with torch.cuda.graph(g):
+    big = src + 1
+    small = make(int(torch.randint(1, 1 << 19, (1,), generator=rng)))
+torch.cuda.synchronize()
+captured = [big.data_ptr(), small.data_ptr()]
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+assert all(recorded(trace, GOT, at) for at in captured), "a graph pool's segment unrecorded"
+assert torch.cuda.memory_reserved() - reserved_before == moved(trace, GOT) - moved(trace, GAVE)
+del big, small, g, src
+torch.cuda.synchronize()
+torch.cuda.empty_cache()
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+assert all(recorded(trace, GAVE, at) for at in captured), "a graph pool's release unrecorded"
+assert torch.cuda.memory_reserved() - reserved_before == moved(trace, GOT) - moved(trace, GAVE)
 torch.cuda.memory._record_memory_history(enabled=None)
 assert not torch.cuda.memory._snapshot()["device_traces"][0], "the trace stays after recording stopped"
 print("ok")

@@ -444,7 +444,7 @@ void torch_allocator::beginAllocateToPool(c10::DeviceIndex device, c10::MempoolI
   (void)slot(device);  // checks the index
   TORCH_CHECK(filter, "syncmem.torch: beginAllocateToPool without a stream filter");
   if (mem_pools_.begin(device, mempool_id, filter)) return;
-  graph_pools_.begin(device, mempool_id, std::move(filter));
+  history_.name_graph_pool(graph_pools_.begin(device, mempool_id, std::move(filter)), mempool_id);
 }
 
 void torch_allocator::endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {

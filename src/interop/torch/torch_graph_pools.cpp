@@ -25,7 +25,8 @@ struct pool_checkpoint final : alloc::AllocatorState {
 
 }  // namespace
 
-void torch_graph_pools::begin(c10::DeviceIndex device, c10::MempoolId_t id, std::function<bool(cudaStream_t)> filter) {
+std::uint64_t torch_graph_pools::begin(c10::DeviceIndex device, c10::MempoolId_t id,
+                                       std::function<bool(cudaStream_t)> filter) {
   std::lock_guard lock{mutex_};
   use& u = pools_[{device, id}];
   TORCH_CHECK(u.capture == 0, "syncmem.torch: beginAllocateToPool: pool (", id.first, ", ", id.second,
@@ -36,6 +37,7 @@ void torch_graph_pools::begin(c10::DeviceIndex device, c10::MempoolId_t id, std:
       device_id::cuda(device), syncmem::detail::graph_pool_access::state(u.pool),
       [f = std::move(filter)](stream_handle s) { return f(syncmem::cuda::native(s)); });
   ++u.uses;
+  return u.pool.id();
 }
 
 void torch_graph_pools::end(c10::DeviceIndex device, c10::MempoolId_t id) {

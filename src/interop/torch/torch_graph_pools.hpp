@@ -24,8 +24,9 @@ namespace syncmem::interop {
 
 class torch_graph_pools {
  public:
-  // beginAllocateToPool / endAllocateToPool / releasePool of a graph pool's id.
-  void begin(c10::DeviceIndex device, c10::MempoolId_t id, std::function<bool(cudaStream_t)> filter);
+  // beginAllocateToPool / endAllocateToPool / releasePool of a graph pool's
+  // id; begin returns syncmem's id of the pool (graph_pool::id()).
+  std::uint64_t begin(c10::DeviceIndex device, c10::MempoolId_t id, std::function<bool(cudaStream_t)> filter);
   void end(c10::DeviceIndex device, c10::MempoolId_t id);
   void release(c10::DeviceIndex device, c10::MempoolId_t id);
   [[nodiscard]] int use_count(c10::DeviceIndex device, c10::MempoolId_t id);

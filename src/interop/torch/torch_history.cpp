@@ -33,6 +33,14 @@ class segment_recorder final : public mr::segment_observer {
   void range_unmapping(void* at, std::size_t bytes) noexcept override {
     history_.on_segment(device_, trace_entry::SEGMENT_UNMAP, at, bytes, pool_);
   }
+  // A graph pool's growable segments map pages as PyTorch's expandable ones do.
+  void graph_pool_added(std::uint64_t pool, void* at, std::size_t bytes, bool mapped) noexcept override {
+    history_.on_graph_segment(device_, mapped ? trace_entry::SEGMENT_MAP : trace_entry::SEGMENT_ALLOC, at, bytes, pool);
+  }
+  void graph_pool_releasing(std::uint64_t pool, void* at, std::size_t bytes, bool mapped) noexcept override {
+    history_.on_graph_segment(device_, mapped ? trace_entry::SEGMENT_UNMAP : trace_entry::SEGMENT_FREE, at, bytes,
+                              pool);
+  }
 
  private:
   torch_history& history_;
@@ -142,6 +150,23 @@ void torch_history::on_segment(c10::DeviceIndex device, trace_entry::Action acti
   try {
     std::lock_guard lock{mutex_};
     add(device, action, reinterpret_cast<std::uintptr_t>(at), bytes, nullptr, segment_cause_now, pool);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): an observer must not throw; the entry is lost, as from a full ring
+  }
+}
+
+void torch_history::name_graph_pool(std::uint64_t pool, c10::MempoolId_t id) {
+  std::lock_guard lock{mutex_};
+  graph_pools_[pool] = id;
+}
+
+void torch_history::on_graph_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at,
+                                     std::size_t bytes, std::uint64_t pool) {
+  if (!enabled()) return;
+  try {
+    std::lock_guard lock{mutex_};
+    const auto it = graph_pools_.find(pool);
+    add(device, action, reinterpret_cast<std::uintptr_t>(at), bytes, nullptr, segment_cause_now,
+        it != graph_pools_.end() ? it->second : c10::MempoolId_t{0, 0});
   } catch (...) {  // NOLINT(bugprone-empty-catch): an observer must not throw; the entry is lost, as from a full ring
   }
 }

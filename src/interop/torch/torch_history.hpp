@@ -4,9 +4,9 @@
 // every allocation and free, with the context PyTorch's recorder captures
 // (Python and C++ stacks), and each segment obtained or given back and each
 // stretch of the growable range mapped or unmapped (as PyTorch's expandable
-// segments), kept in a ring of the last entries per device, and the context
-// of each live block, for torch.cuda.memory._snapshot() and memory_viz.
-// Recorded only while enabled: otherwise one relaxed load per call.
+// segments), those of MemPools and graph pools marked with the pool's id, kept in a ring of the last entries per
+// device, and the context of each live block, for torch.cuda.memory._snapshot() and memory_viz. Recorded only while
+// enabled: otherwise one relaxed load per call.
 
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/ApproximateClock.h>
@@ -74,6 +74,11 @@ class torch_history {
   // lock, where Python's stack cannot be read).
   void on_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes,
                   c10::MempoolId_t pool = {0, 0});
+  // syncmem's graph pool `pool` is PyTorch's pool `id` (beginAllocateToPool).
+  void name_graph_pool(std::uint64_t pool, c10::MempoolId_t id);
+  // A segment event of syncmem's graph pool `pool`, marked with PyTorch's id of it.
+  void on_graph_segment(c10::DeviceIndex device, trace_entry::Action action, const void* at, std::size_t bytes,
+                        std::uint64_t pool);
 
   // The traces, one per device of `device_count`, with unix times (the
   // snapshot's device_traces); the context each live block was allocated in.
@@ -93,6 +98,7 @@ class torch_history {
   std::vector<bool> skip_;                       // by trace_entry::Action
   std::vector<std::deque<trace_entry>> traces_;  // by device
   std::unordered_map<std::uintptr_t, context> live_;
+  std::unordered_map<std::uint64_t, c10::MempoolId_t> graph_pools_;  // PyTorch's ids of syncmem's graph pools
   c10::ApproximateClockToUnixTimeConverter clock_;
   std::array<std::atomic<bool>, 64> watched_{};  // by device index
 };
