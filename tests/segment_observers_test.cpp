@@ -31,6 +31,32 @@ namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
+// Stretches of addresses, start -> end, apart from each other.
+using stretches = std::map<std::uintptr_t, std::uintptr_t>;
+
+// Adds [at, at + bytes) to `s`; false when it is empty or overlaps one there.
+bool add_stretch(stretches& s, const void* at, std::size_t bytes) {
+  const auto start = reinterpret_cast<std::uintptr_t>(at);
+  const auto next = s.lower_bound(start);
+  if (bytes == 0 || (next != s.end() && next->first < start + bytes) ||
+      (next != s.begin() && std::prev(next)->second > start)) {
+    return false;
+  }
+  s.emplace(start, start + bytes);
+  return true;
+}
+
+// Whether [p, p + bytes) lies in `s` (stretches side by side count as one).
+bool covered(const stretches& s, const void* p, std::size_t bytes) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  auto it = s.upper_bound(at);
+  if (it == s.begin()) return false;
+  --it;
+  std::uintptr_t reached = it->second;
+  while (reached < at + bytes && ++it != s.end() && it->first == reached) reached = it->second;
+  return reached >= at + bytes;
+}
+
 // Records what it is told, and whether released memory was still device memory then.
 class recording_observer final : public mr::segment_observer {
  public:
@@ -55,14 +81,7 @@ class recording_observer final : public mr::segment_observer {
   }
   void range_mapped(void* at, std::size_t bytes) noexcept override {
     std::lock_guard lock{mutex_};
-    const auto start = reinterpret_cast<std::uintptr_t>(at);
-    const auto next = mapped_.lower_bound(start);
-    if (bytes == 0 || (next != mapped_.end() && next->first < start + bytes) ||
-        (next != mapped_.begin() && std::prev(next)->second > start)) {
-      problems_.push_back("mapped twice");
-      return;
-    }
-    mapped_.emplace(start, start + bytes);
+    if (!add_stretch(mapped_, at, bytes)) problems_.push_back("mapped twice");
   }
   void range_unmapping(void* at, std::size_t bytes) noexcept override {
     std::lock_guard lock{mutex_};
@@ -79,24 +98,14 @@ class recording_observer final : public mr::segment_observer {
     if (first < start) mapped_.emplace(first, start);
     if (end < last) mapped_.emplace(end, last);
   }
-  void graph_pool_added(std::uint64_t pool, void* at, std::size_t bytes, bool mapped) noexcept override {
+  void graph_pool_added(std::uint64_t pool, void* at, std::size_t bytes, bool) noexcept override {
     std::lock_guard lock{mutex_};
     if (destroyed_) problems_.push_back("told of a graph pool after the resource went");
-    const auto start = reinterpret_cast<std::uintptr_t>(at);
-    auto& held = graph_[pool];
-    const auto next = held.lower_bound(start);
-    if (bytes == 0 || (next != held.end() && next->first < start + bytes) ||
-        (next != held.begin() && std::prev(next)->second > start)) {
-      problems_.push_back("graph pool memory added twice");
-      return;
-    }
-    held.emplace(start, start + bytes);
-    if (mapped) ++graph_mapped_;
+    if (!add_stretch(graph_[pool], at, bytes)) problems_.push_back("graph pool memory added twice");
   }
-  void graph_pool_releasing(std::uint64_t pool, void* at, std::size_t bytes, bool mapped) noexcept override {
+  void graph_pool_releasing(std::uint64_t pool, void* at, std::size_t bytes, bool) noexcept override {
     std::lock_guard lock{mutex_};
     if (destroyed_) problems_.push_back("told of a graph pool after the resource went");
-    (void)mapped;
     // What goes is told of at once: stretches added side by side go as one.
     const auto start = reinterpret_cast<std::uintptr_t>(at);
     auto& held = graph_[pool];
@@ -122,20 +131,12 @@ class recording_observer final : public mr::segment_observer {
   [[nodiscard]] bool in_graph_pool(std::uint64_t pool, const void* p, std::size_t n) const {
     std::lock_guard lock{mutex_};
     const auto g = graph_.find(pool);
-    if (g == graph_.end()) return false;
-    const auto at = reinterpret_cast<std::uintptr_t>(p);
-    auto it = g->second.upper_bound(at);
-    if (it == g->second.begin()) return false;
-    --it;
-    std::uintptr_t reached = it->second;
-    while (reached < at + n && ++it != g->second.end() && it->first == reached) reached = it->second;
-    return reached >= at + n;
+    return g != graph_.end() && covered(g->second, p, n);
   }
   [[nodiscard]] std::size_t graph_pools() const {
     std::lock_guard lock{mutex_};
     return graph_.size();
   }
-  [[nodiscard]] int graph_mapped() const { return graph_mapped_; }
   [[nodiscard]] std::size_t mapped_bytes() const {
     std::lock_guard lock{mutex_};
     std::size_t total = 0;
@@ -145,14 +146,7 @@ class recording_observer final : public mr::segment_observer {
   // Whether [p, p + bytes) is mapped, as it was told.
   [[nodiscard]] bool mapped(const void* p, std::size_t bytes) const {
     std::lock_guard lock{mutex_};
-    const auto at = reinterpret_cast<std::uintptr_t>(p);
-    auto it = mapped_.upper_bound(at);
-    if (it == mapped_.begin()) return false;
-    --it;
-    // Stretches side by side (mapped by growths one after another) count as one.
-    std::uintptr_t reached = it->second;
-    while (reached < at + bytes && ++it != mapped_.end() && it->first == reached) reached = it->second;
-    return reached >= at + bytes;
+    return covered(mapped_, p, bytes);  // stretches mapped by growths one after another count as one
   }
   [[nodiscard]] bool destroyed() const { return destroyed_; }
   [[nodiscard]] std::map<std::uintptr_t, std::size_t> live() const {
@@ -179,9 +173,8 @@ class recording_observer final : public mr::segment_observer {
   device_id device_;
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, std::size_t> live_;
-  std::map<std::uintptr_t, std::uintptr_t> mapped_;  // start -> end of stretches of the growable range
-  std::map<std::uint64_t, std::map<std::uintptr_t, std::uintptr_t>> graph_;  // by graph pool: start -> end
-  int graph_mapped_ = 0;
+  stretches mapped_;                          // of the growable range
+  std::map<std::uint64_t, stretches> graph_;  // by graph pool
   std::vector<std::string> problems_;
   int added_ = 0;
   int released_ = 0;
