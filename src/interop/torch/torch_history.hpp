@@ -4,9 +4,10 @@
 // every allocation and free, with the context PyTorch's recorder captures
 // (Python and C++ stacks), and each segment obtained or given back and each
 // stretch of the growable range mapped or unmapped (as PyTorch's expandable
-// segments), those of MemPools and graph pools marked with the pool's id, kept in a ring of the last entries per
-// device, and the context of each live block, for torch.cuda.memory._snapshot() and memory_viz. Recorded only while
-// enabled: otherwise one relaxed load per call.
+// segments), those of MemPools and graph pools marked with the pool's id,
+// kept in a ring of the last entries per device, and the context of each live
+// block, for torch.cuda.memory._snapshot() and memory_viz. Recorded only
+// while enabled: otherwise one relaxed load per call.
 
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/ApproximateClock.h>
