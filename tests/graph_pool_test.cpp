@@ -809,10 +809,12 @@ TYPED_TEST(GraphPools, FreedNeighboursMergeAndALargerGraphGrowsTheFreeEnd) {
 }
 
 // A block free for every capture and its neighbour freed in the open capture
-// stay apart (each keeps its own condition of reuse), but a request that
-// needs both gets them merged, as PyTorch's graph pools would: the pool does
-// not grow. The graphs replay right, the later one in the earlier's memory.
-TYPED_TEST(GraphPools, ABlockFreedBeforeTheCaptureAndOneFreedInItServeARequestForBoth) {
+// on the stream that allocates merge, as PyTorch's graph pools merge free
+// neighbours: a request for both is cut from them, even where a free block
+// as large lies higher up (best fit takes the lowest among equals), and the
+// pool does not grow. The graphs replay right, the later one in the
+// earlier's memory.
+TYPED_TEST(GraphPools, ABlockFreedBeforeTheCaptureAndOneFreedInItMerge) {
   constexpr std::size_t MiB = std::size_t{1} << 20;
   mr::caching_resource resource{this->dev()};
   stream s{this->dev()};
@@ -821,27 +823,33 @@ TYPED_TEST(GraphPools, ABlockFreedBeforeTheCaptureAndOneFreedInItServeARequestFo
   graph_pool pool;
   begin_capture(s, pool);
   void* a = resource.allocate(2 * n, s);
-  void* guard = resource.allocate(n, s);  // keeps the free end of the range away from a
+  void* guard = resource.allocate(n, s);  // keeps a and f apart
+  void* f = resource.allocate(2 * n, s);  // as large as a, higher up
+  void* top = resource.allocate(n, s);    // keeps the free end of the range away from f
+  ASSERT_GT(f, a);
   (void)copy_async(a, input.data(), 2 * n, s);
   (void)copy_async(out_a.data(), a, 2 * n, s);
   resource.deallocate(a, 2 * n, s);
+  resource.deallocate(f, 2 * n, s);
   graph first = end_capture(s);
 
   begin_capture(s, pool);
-  void* y = resource.allocate(n, s);  // a's first half; the second stays free for every capture
+  // a's first half (the lower of two equals); the second stays free for every capture.
+  void* y = resource.allocate(n, s);
   ASSERT_EQ(y, a);
   (void)copy_async(y, static_cast<std::uint8_t*>(input.data()) + n, n, s);
   (void)copy_async(out_y.data(), y, n, s);
-  resource.deallocate(y, n, s);  // free for this capture only, on `s`
+  resource.deallocate(y, n, s);  // free for this capture only, on `s`: one block with the second half
   const std::size_t reserved = pool.reserved_bytes();
   void* c = resource.allocate(2 * n, s);
-  EXPECT_EQ(c, a) << "the half freed in this capture and the half free before it serve a request for both";
+  EXPECT_EQ(c, a) << "the half freed in this capture and the half free before it are not one block again";
   EXPECT_EQ(pool.reserved_bytes(), reserved) << "the pool grew instead";
   (void)copy_async(c, input.data(), 2 * n, s);
   device_add_bytes(s, c, 2 * n, 3);
   (void)copy_async(out_c.data(), c, 2 * n, s);
   resource.deallocate(c, 2 * n, s);
   resource.deallocate(guard, n, s);
+  resource.deallocate(top, n, s);
   graph second = end_capture(s);
   for (int round = 0; round < 2; ++round) {
     const bytes_t x = random_bytes(2 * n);
