@@ -623,12 +623,11 @@ if __name__ == "__main__":
     torch.cuda.synchronize()
     ctx = mp.get_context("spawn")
     g = torch.Generator().manual_seed(int(sys.argv[1]))
-    # Under syncmem.torch the first share leaves 64 KiB of the device in use
-    # for good, in both layouts (H200), even once free memory has held still
-    # for seconds; native PyTorch runs this script from before the first share
-    # back to its start. Whose the 64 KiB are is not known yet: measured from
-    # after the first share, so that any later share that leaves memory
-    # behind fails.
+    # Measured from after the first share. Free memory is the whole device's:
+    # run alone (H200), this script's shares end where a settled start before
+    # the first one was, in both layouts; inside a pytest run the first share
+    # has ended 64 KiB short of it, in both layouts, for reasons not known.
+    # Any later share that leaves memory behind fails.
     share_round(ctx, g)
     free_at_start = torch.cuda.mem_get_info()[0]
     share_round(ctx, g)
