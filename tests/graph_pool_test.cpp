@@ -866,6 +866,35 @@ TYPED_TEST(GraphPools, ABlockFreedBeforeTheCaptureAndOneFreedInItMerge) {
   }
 }
 
+// A block the open capture may not reuse (it allocated it, and another stream
+// freed it) does not merge with its free neighbour: merged, the capture could
+// not reuse the neighbour either, and the pool would grow for a request the
+// neighbour serves.
+TYPED_TEST(GraphPools, ABlockTheCaptureMayNotReuseLeavesItsNeighbourToIt) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  mr::caching_resource resource{this->dev()};
+  stream s{this->dev()}, other{this->dev()};
+  const std::size_t n = 3 * MiB + 512 * (rng()() % 256);
+  graph_pool pool;
+  begin_capture(s, pool);
+  void* a = resource.allocate(2 * n, s);
+  void* top = resource.allocate(n, s);  // keeps the free end of the range away from a
+  resource.deallocate(a, 2 * n, s);
+  graph first = end_capture(s);
+
+  begin_capture(s, pool);
+  void* x = resource.allocate(n, s);  // a's first half; the second stays free for every capture
+  ASSERT_EQ(x, a);
+  resource.deallocate(x, n, other);  // not reusable by this capture
+  const std::size_t reserved = pool.reserved_bytes();
+  void* y = resource.allocate(n, s);
+  EXPECT_EQ(y, static_cast<std::uint8_t*>(a) + n) << "the second half went with the first";
+  EXPECT_EQ(pool.reserved_bytes(), reserved) << "the pool grew instead";
+  resource.deallocate(y, n, s);
+  resource.deallocate(top, n, s);
+  graph second = end_capture(s);
+}
+
 // A graph pool's memory is the resource's too, as PyTorch counts its private
 // pools': in its statistics (handed out, reserved, segments) and against its
 // limit, for the pool's growth and for ordinary allocations alike; all of it
