@@ -115,7 +115,8 @@ class private_pool {
   // with neighbours for it: it is free for every capture, or for this one.
   bool joins(const block& b, bool small, stream_handle s, std::uint64_t capture);
   // Neighbours each reusable by this request but kept apart (freed in the open
-  // capture, or not): the first run of them that holds `size`, merged under the
+  // capture on other terms, such as one on `s` and one after the nodes `s`
+  // follows): the first run of them that holds `size`, merged under the
   // narrower condition (this capture, on `s`); blocks_.end() if none. PyTorch
   // merges them always.
   block_map::iterator merge_for(std::size_t size, bool small, stream_handle s, std::uint64_t capture);
