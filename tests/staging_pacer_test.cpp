@@ -32,9 +32,9 @@ constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 
 // A staged copy's chunks: an upload's grow by half (rounded up to whole
-// pages), a download's double, from min_chunk up to max_chunk; together they
-// cover the copy once, in order.
-TEST(StagingPacerPlan, UploadsGrowByHalfDownloadsDouble) {
+// pages), a copy between devices' double, from min_chunk up to max_chunk;
+// together they cover the copy once, in order. (A download's: below.)
+TEST(StagingPacerPlan, UploadsGrowByHalfCopiesBetweenDevicesDouble) {
   const copy_options defaults;
   std::size_t largest = 0;
   std::vector<std::size_t> sizes;
@@ -49,6 +49,12 @@ TEST(StagingPacerPlan, UploadsGrowByHalfDownloadsDouble) {
     sizes.push_back(c.bytes / KiB);
   }
   EXPECT_THAT(sizes, ::testing::ElementsAre(512, 1024, 2048, 4096, 512));
+  sizes.clear();
+  for (const auto& c : pacer::plan_chunks(8 * MiB, defaults, pacer::growth::doubling_then_halving, largest)) {
+    sizes.push_back(c.bytes / KiB);
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(512, 1024, 2048, 2304, 1152, 576, 576));
+  EXPECT_EQ(largest, 2304 * KiB);
 
   auto& random = rng();
   for (int trial = 0; trial < 300; ++trial) {
@@ -76,6 +82,58 @@ TEST(StagingPacerPlan, UploadsGrowByHalfDownloadsDouble) {
       EXPECT_EQ(offset, bytes);
       EXPECT_EQ(largest, most);
     }
+  }
+}
+
+// A download's chunks double as a copy between devices' do, but none takes
+// more than half the bytes left (rounded up to whole pages), and none leaves
+// less than min_chunk behind it: its last chunks halve down to about
+// min_chunk, and no chunk is larger than max_chunk.
+TEST(StagingPacerPlan, DownloadsDoubleThenHalve) {
+  const copy_options defaults;
+  std::size_t largest = 0;
+  std::vector<std::size_t> sizes;
+  for (const std::size_t bytes : {300 * KiB, 1 * MiB, 4 * MiB}) {
+    for (const auto& c : pacer::plan_chunks(bytes, defaults, pacer::growth::doubling_then_halving, largest)) {
+      sizes.push_back(c.bytes / KiB);
+    }
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(300, 512, 512, 512, 1024, 1280, 640, 640));
+
+  auto& random = rng();
+  for (int trial = 0; trial < 500; ++trial) {
+    copy_options o;
+    o.min_chunk = 1 + random() % (2 * MiB);
+    o.max_chunk = trial % 5 == 0 ? o.min_chunk : o.min_chunk + random() % (16 * MiB);
+    const std::size_t bytes = 1 + random() % (trial % 2 == 0 ? 64 * MiB : 4 * o.max_chunk);
+    const std::size_t floor = std::max<std::size_t>(o.min_chunk, 1);
+    const auto chunks = pacer::plan_chunks(bytes, o, pacer::growth::doubling_then_halving, largest);
+    ASSERT_FALSE(chunks.empty());
+    std::size_t offset = 0;
+    std::size_t doubling = o.min_chunk;  // the chunk a plain doubling plan would take here
+    std::size_t most = 0;
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << ", chunk " << i << " of " << bytes << " bytes, min "
+                                        << o.min_chunk << ", max " << o.max_chunk);
+      const std::size_t left = bytes - offset;
+      const std::size_t half = (left / 2 + 4095) / 4096 * 4096;
+      const std::size_t n = chunks[i].bytes;
+      ASSERT_EQ(chunks[i].offset, offset);
+      ASSERT_LE(n, o.max_chunk);
+      const std::size_t planned = std::min({doubling, left, std::max(half, floor)});
+      // Less than min_chunk left behind: the rest, or all of it but min_chunk where the rest is too large.
+      ASSERT_EQ(n, left - planned >= floor ? planned : (left <= o.max_chunk ? left : left - floor));
+      if (i + 1 < chunks.size()) {
+        ASSERT_GE(left - n, floor);
+      } else {
+        ASSERT_EQ(n, left);
+      }
+      offset += n;
+      most = std::max(most, n);
+      doubling = std::min(2 * doubling, o.max_chunk);
+    }
+    EXPECT_EQ(offset, bytes);
+    EXPECT_EQ(largest, most);
   }
 }
 

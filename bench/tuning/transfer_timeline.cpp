@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   auto* on_device = static_cast<std::byte*>(device_memory.allocate(bytes, s));
   std::size_t largest = 0;
   const auto chunks = detail::staging_pacer::plan_chunks(
-      bytes, options, up ? detail::staging_pacer::growth::by_half : detail::staging_pacer::growth::doubling, largest);
+      bytes, options,
+      up ? detail::staging_pacer::growth::by_half : detail::staging_pacer::growth::doubling_then_halving, largest);
   const std::size_t count = detail::staging_pacer::ring_buffers(options, chunks.size());
   auto& staging = staging_resource(device.kind());
   auto* block = static_cast<std::byte*>(staging.allocate(count * largest, s));

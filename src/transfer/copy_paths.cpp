@@ -209,7 +209,7 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
 transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s, const copy_options& o,
                         const staging_thresholds& t) {
   std::size_t largest = 0;
-  const auto chunks = staging_pacer::plan_chunks(bytes, o, staging_pacer::growth::doubling, largest);
+  const auto chunks = staging_pacer::plan_chunks(bytes, o, staging_pacer::growth::doubling_then_halving, largest);
   const auto count = staging_pacer::ring_buffers(o, chunks.size());
   const bool demoting = staging_pacer::demotes_download(bytes, t);
   const std::size_t rings = demoting ? 1 : 2;

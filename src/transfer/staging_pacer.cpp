@@ -32,18 +32,28 @@ std::size_t grow_by_half(std::size_t n, std::size_t most) {
 }  // namespace
 
 std::size_t staging_pacer::next_chunk(std::size_t bytes, const copy_options& o, growth g) noexcept {
-  if (g == growth::doubling) return bytes > o.max_chunk / 2 ? o.max_chunk : bytes * 2;
-  return grow_by_half(bytes, o.max_chunk);
+  if (g == growth::by_half) return grow_by_half(bytes, o.max_chunk);
+  return bytes > o.max_chunk / 2 ? o.max_chunk : bytes * 2;
 }
 
-// Chunks that start at min_chunk and grow up to max_chunk.
+// Chunks that start at min_chunk and grow up to max_chunk; with
+// doubling_then_halving, at most half of what is left (whole pages), down to
+// min_chunk, and never less than min_chunk left after one: then the rest, or
+// all of it but min_chunk when the rest is more than max_chunk.
 std::vector<staging_pacer::chunk> staging_pacer::plan_chunks(std::size_t bytes, const copy_options& o, growth g,
                                                              std::size_t& largest) {
+  constexpr std::size_t page = 4096;
+  const std::size_t tail_floor = std::max<std::size_t>(o.min_chunk, 1);
   std::vector<chunk> chunks;
   largest = 0;
   std::size_t next = o.min_chunk;
   for (std::size_t offset = 0; offset < bytes;) {
-    const std::size_t n = std::min(next, bytes - offset);
+    const std::size_t left = bytes - offset;
+    std::size_t n = std::min(next, left);
+    if (g == growth::doubling_then_halving) {
+      n = std::min(n, std::max((left / 2 + page - 1) / page * page, tail_floor));
+      if (left - n < tail_floor) n = left <= o.max_chunk ? left : left - tail_floor;
+    }
     chunks.push_back({offset, n});
     largest = std::max(largest, n);
     offset += n;

@@ -84,9 +84,12 @@ class staging_pacer {
   // (each chunk one and a half times the one before it, rounded up to whole
   // pages), since the host copies a cached source at only about the link's
   // speed and doubling left the link idle while each copy outlasted the DMA
-  // before it; downloads, copies between devices and a batch's groups by
-  // doubling.
-  enum class growth { doubling, by_half };
+  // before it; copies between devices and a batch's groups by doubling;
+  // downloads by doubling, then halving: no chunk takes more than half the
+  // bytes left (down to min_chunk), since the copy-out of a download's last
+  // chunk follows every DMA, and the host copies a chunk out faster than the
+  // link brings in one half its size, so the copy-outs keep up.
+  enum class growth { doubling, by_half, doubling_then_halving };
 
   // Uploads up to this size copy into their staging with half as many threads
   // again as the default, so that one late thread does not hold up the chunk
