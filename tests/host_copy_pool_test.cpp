@@ -253,6 +253,32 @@ TEST(HostCopyPoolJob, FromStagingDemotesWhatItReadOnceUnlessToldToKeepTheLines) 
   EXPECT_EQ(settled_demoted_bytes() - before, demoting_bytes);
 }
 
+// A thread holds a bounded list of what it has read to demote later: a
+// scatter of many small chunks (a batch's downloads) drops the oldest once
+// the list is full rather than demoting them all on the copy's path, so it
+// demotes far less than it read. Every byte arrives.
+TEST(HostCopyPoolJob, FromStagingOfManySmallChunksDemotesABoundedPart) {
+  std::uniform_int_distribution<std::size_t> size{12 * KiB, 20 * KiB};
+  std::vector<job::chunk> chunks;
+  std::size_t bytes = 0;
+  for (int i = 0; i < 1000; ++i) {
+    chunks.push_back({bytes, size(rng())});
+    bytes += chunks.back().bytes;
+  }
+  auto staging = random_block(bytes);
+  std::vector<std::byte> dst(bytes);
+  const std::uint64_t before = settled_demoted_bytes();
+  {
+    job j{host_copy_pool::instance(), job::direction::from_staging, dst.data(), nullptr, chunks, 1};
+    for (std::size_t i = 0; i < chunks.size(); ++i) j.open(i, staging.data() + chunks[i].offset, nullptr);
+    for (std::size_t i = 0; i < chunks.size(); ++i) j.finish(i);
+  }
+  EXPECT_EQ(dst, staging);
+  const std::uint64_t demoted = settled_demoted_bytes() - before;
+  EXPECT_GT(demoted, 0U) << "the last ranges read are demoted";
+  EXPECT_LT(demoted, bytes / 2) << "of " << bytes << " bytes read";
+}
+
 // A gate holds the threads back, as the engine uses it: on a device's stream
 // a sleep, then a DMA into the pinned staging buffer, then the gate's record.
 template <class Kind>

@@ -77,9 +77,12 @@ struct pending_demotes {
   void flush_all() noexcept {
     flush([] { return false; });
   }
+  // When full, the oldest range is dropped rather than demoted here, on the
+  // copy's path (a batch's many small ranges filled it): demoting is a hint,
+  // and the oldest lines are the likeliest to have left the core already.
   void add(const std::byte* begin, std::size_t bytes) noexcept {
     if (count == capacity) {
-      if (head == 0) flush_all();
+      if (head == 0) head = 1;
       std::copy(ranges.begin() + head, ranges.begin() + count, ranges.begin());
       count -= head;
       head = 0;

@@ -18,10 +18,11 @@
 // lines it has read does so after it has reported its piece done, when it
 // would otherwise wait (at a gate, for the rest of a chunk, for work), so
 // that demoting, which takes longer than the copy itself, is not on the
-// copy's critical path (bench/tuning/transfer_timeline.cpp shows both). A pool
-// thread may thus demote lines
-// after the job has ended and its buffers have been freed: CLDEMOTE is a hint
-// that faults on no address and changes no byte.
+// copy's critical path (bench/tuning/transfer_timeline.cpp shows both). A
+// thread keeps the last 64 ranges it has read: when more come (a batch's many
+// small downloads), it drops the oldest rather than demote them then. A pool
+// thread may thus demote lines after the job has ended and its buffers have
+// been freed: CLDEMOTE is a hint that faults on no address and changes no byte.
 
 #include <array>
 #include <atomic>
