@@ -225,6 +225,59 @@ TYPED_TEST(BatchCopy, CopyKernelPathAndBytes) {
   }
 }
 
+// Small downloads from the device to pageable memory, at every offset modulo
+// 16 on both sides and more of them than one group holds: on CUDA the copy
+// kernel gathers them into the pinned staging (the path says so), with a
+// large one among them the DMA engines take that one; with the kernel off, or
+// on emulated devices, the DMA engines take them all. Every byte, and the
+// bytes between them untouched.
+TYPED_TEST(BatchCopy, SmallDownloadsToPageableGatheredByTheKernelEveryByte) {
+  stream s{this->dev()};
+  const std::size_t count = 700, stride = 24 << 10, large = 300 << 10;
+  region dev{mem::device, this->dev(), count * stride + large};
+  region back{mem::pageable, this->dev(), count * stride + large};
+  const bytes_t source = random_bytes(count * stride + large);
+  dev.write(source);
+  std::uniform_int_distribution<std::size_t> size{1, 20 << 10}, skew{0, 63};
+  std::vector<copy_request> down;
+  std::vector<std::size_t> from(count), to(count), bytes(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    from[i] = (i * 101) % count * stride + skew(rng());  // not end to end: nothing coalesces
+    to[i] = i * stride + skew(rng());
+    bytes[i] = size(rng());
+    down.push_back({back.data() + to[i], dev.data() + from[i], bytes[i]});
+  }
+  for (const bool with_large : {false, true}) {
+    for (const std::size_t kernel_max : {std::size_t{256} << 10, std::size_t{0}}) {
+      copy_options o = get_copy_options();
+      o.batch_kernel_max_copy = kernel_max;
+      const bytes_t before = random_bytes(count * stride + large);
+      back.write(before);
+      bytes_t expected = before;
+      for (std::size_t i = 0; i < count; ++i) {
+        std::copy_n(source.begin() + static_cast<std::ptrdiff_t>(from[i]), bytes[i],
+                    expected.begin() + static_cast<std::ptrdiff_t>(to[i]));
+      }
+      std::vector<copy_request> requests = down;
+      if (with_large) {
+        requests.push_back({back.data() + count * stride + 3, dev.data() + count * stride + 5, large - 8});
+        std::copy_n(source.begin() + static_cast<std::ptrdiff_t>(count * stride + 5), large - 8,
+                    expected.begin() + static_cast<std::ptrdiff_t>(count * stride + 3));
+      }
+      const transfer t = copy_async(requests, s, o);
+      SCOPED_TRACE(::testing::Message() << "batch_kernel_max_copy " << kernel_max << ", large " << with_large
+                                        << ", path " << to_string(t.path()));
+      EXPECT_EQ(back.read(), expected) << "copies to pageable memory are complete at return";
+      t.wait();
+      if (this->is_cuda() && kernel_max > 0) {
+        EXPECT_EQ(t.path(), with_large ? copy_path::batch : copy_path::batch_kernel);
+      } else {
+        EXPECT_NE(t.path(), copy_path::batch_kernel);
+      }
+    }
+  }
+}
+
 TYPED_TEST(BatchCopy, EmulatedDelaysChangeNothing) {
   if (this->is_cuda()) GTEST_SKIP() << "emulated devices only";
   scoped_emulated_delay delay{std::chrono::microseconds{300}};

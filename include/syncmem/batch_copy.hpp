@@ -26,7 +26,9 @@
 ///   into device scratch memory taken from the device's resource, then
 ///   scattered by the copy kernel, where they are at least half the bytes
 ///   uploaded and batch_kernel_max_copy is not 0); copies to pageable memory
-///   come down into one block of pinned staging and are scattered from it;
+///   come down into one block of pinned staging (those of at most
+///   batch_kernel_max_copy from the stream's device written by the copy
+///   kernel) and are scattered from it;
 ///   both in groups that grow from copy_options::min_chunk to max_chunk, so
 ///   that the host threads and the DMAs overlap, each group one submission.
 ///   The block holds at most max_batch_staging bytes; a batch that downloads

@@ -148,8 +148,10 @@ struct copy_options {
   /// @brief In a batch (batch_copy.hpp), copies of up to this many bytes
   /// between memory the device addresses directly (its own memory, pinned
   /// host memory) are made by a copy kernel, a launch per few hundred copies,
-  /// instead of a DMA each, and uploads of up to 16 KiB from pageable memory
-  /// are scattered by it from device scratch memory; 0: never. Below 4 GiB.
+  /// instead of a DMA each; downloads of up to this many bytes to pageable
+  /// memory are written by it into the pinned staging, and uploads of up to
+  /// 16 KiB from pageable memory are scattered by it from device scratch
+  /// memory; 0: never. Below 4 GiB.
   /// The kernel runs on the device's SMs, beside other kernels, rather than
   /// on its copy engines.
   std::size_t batch_kernel_max_copy = std::size_t{256} << 10;

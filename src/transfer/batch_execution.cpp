@@ -32,15 +32,17 @@ constexpr std::size_t slot_alignment = 64;
 std::size_t aligned(std::size_t n) { return (n + slot_alignment - 1) / slot_alignment * slot_alignment; }
 
 // A range through the staging: `at` is its offset in the block (downloads)
-// or in its group's buffer of the ring (uploads). An upload that may be
-// scattered (below) sits at the offset modulo 16 of its destination, which
-// the copy kernel needs of its two sides.
+// or in its group's buffer of the ring (uploads). A range the copy kernel
+// may move (below) sits at the offset modulo 16 of its device side, which the
+// kernel needs of its two sides.
 struct staged {
   std::byte* user;         // the pageable side
   std::byte* device_side;  // the other side (the device or pinned memory)
   std::size_t bytes;
   std::size_t at;
-  bool scatterable = false;  // an upload to the stream's device, small enough for the copy kernel
+  // Small enough for the copy kernel, and on the stream's device: an upload it
+  // may scatter from device scratch, a download it gathers into the staging.
+  bool scatterable = false;
   [[nodiscard]] std::size_t skew() const noexcept {
     return scatterable ? reinterpret_cast<std::uintptr_t>(device_side) & 15 : 0;
   }
@@ -283,9 +285,15 @@ class submitter {
  public:
   submitter(batch_runner& runner, stream_view s, const copy_options& o) : runner_{runner}, s_{s}, o_{o} {}
 
-  // Staged copies stay with the DMA engines: they move groups of up to
-  // max_chunk through the staging, where the kernel was slower (bench batch/).
+  // Staged copies stay with the DMA engines (they move groups of up to
+  // max_chunk through the staging, where the kernel was slower, bench batch/),
+  // except small downloads from the stream's device, which the kernel writes
+  // into the pinned staging: a DMA costs about a microsecond whatever its size.
   void add_staged(void* d, const void* from, std::size_t n) { next_.add(d, from, n, false); }
+  void add_gathered(const staged& r, std::byte* staging) {
+    next_.add(staging, r.device_side, r.bytes,
+              r.scatterable && by_kernel(staging, r.device_side, r.bytes, addressable_staging(), o_));
+  }
   void add_direct(const entry& e) {
     const bool both_addressable = addressable(e.to, s_.device()) && addressable(e.from, s_.device());
     next_.add(e.dst, e.src, e.bytes, by_kernel(e.dst, e.src, e.bytes, both_addressable, o_));
@@ -297,6 +305,9 @@ class submitter {
   [[nodiscard]] batch_runner& runner() noexcept { return runner_; }
 
  private:
+  // The staging is pinned memory of the stream's backend: the kernel reaches it where there is one.
+  [[nodiscard]] bool addressable_staging() const { return backend_for(s_.device()).traits().has_copy_kernel; }
+
   batch_runner& runner_;
   stream_view s_;
   const copy_options& o_;
@@ -314,7 +325,7 @@ std::vector<const event*> send_downloads(submitter& out, std::byte* block, const
   landed.reserve(ends.size());
   std::size_t begin = 0;
   for (const std::size_t end : ends) {
-    for (std::size_t i = begin; i < end; ++i) out.add_staged(block + down[i].at, down[i].device_side, down[i].bytes);
+    for (std::size_t i = begin; i < end; ++i) out.add_gathered(down[i], block + down[i].at);
     if (begin == 0) {
       for (const entry& e : direct) out.add_direct(e);
     }
@@ -485,7 +496,8 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
                        : 0);
         break;
       case route::down:
-        add_staged(down, e.dst, const_cast<std::byte*>(e.src), e.bytes, o.max_chunk);
+        add_staged(down, e.dst, const_cast<std::byte*>(e.src), e.bytes, o.max_chunk,
+                   e.from.kind == memory_kind::device && e.from.device == device ? o.batch_kernel_max_copy : 0);
         break;
       case route::host:
         host_side = true;
@@ -534,7 +546,7 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
     std::vector<staged> round;
     for (std::size_t used = 0; next_down < down.size() && used + down[next_down].slot() <= block_bytes; ++next_down) {
       round.push_back(down[next_down]);
-      round.back().at = used;
+      round.back().at = used + down[next_down].skew();
       used += down[next_down].slot();
     }
     group_events landed;
