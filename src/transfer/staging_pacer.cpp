@@ -22,12 +22,14 @@ event_slots::~event_slots() {
 }
 
 namespace {
+constexpr std::size_t page = 4096;
+std::size_t whole_pages(std::size_t n) { return (n + page - 1) / page * page; }
+
 // One and a half times `n`, rounded up to whole pages, at most `most`.
 std::size_t grow_by_half(std::size_t n, std::size_t most) {
-  constexpr std::size_t page = 4096;
   constexpr std::size_t largest_safe = (std::numeric_limits<std::size_t>::max() - page) / 3 * 2;
   if (n >= most || n >= largest_safe) return most;
-  return std::min(most, (n + n / 2 + page - 1) / page * page);
+  return std::min(most, whole_pages(n + n / 2));
 }
 }  // namespace
 
@@ -42,7 +44,6 @@ std::size_t staging_pacer::next_chunk(std::size_t bytes, const copy_options& o, 
 // all of it but min_chunk when the rest is more than max_chunk.
 std::vector<staging_pacer::chunk> staging_pacer::plan_chunks(std::size_t bytes, const copy_options& o, growth g,
                                                              std::size_t& largest) {
-  constexpr std::size_t page = 4096;
   const std::size_t tail_floor = std::max<std::size_t>(o.min_chunk, 1);
   std::vector<chunk> chunks;
   largest = 0;
@@ -51,7 +52,7 @@ std::vector<staging_pacer::chunk> staging_pacer::plan_chunks(std::size_t bytes, 
     const std::size_t left = bytes - offset;
     std::size_t n = std::min(next, left);
     if (g == growth::doubling_then_halving) {
-      n = std::min(n, std::max((left / 2 + page - 1) / page * page, tail_floor));
+      n = std::min(n, std::max(whole_pages(left / 2), tail_floor));
       if (left - n < tail_floor) n = left <= o.max_chunk ? left : left - tail_floor;
     }
     chunks.push_back({offset, n});
