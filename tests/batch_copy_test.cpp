@@ -278,6 +278,29 @@ TYPED_TEST(BatchCopy, SmallDownloadsToPageableGatheredByTheKernelEveryByte) {
   }
 }
 
+// A download the kernel may make sits at its source's offset modulo 16 in
+// the staging block, up to 15 bytes past a whole max_chunk: the block holds
+// one of max_chunk bytes even when max_chunk is as large as the block.
+TYPED_TEST(BatchCopy, KernelDownloadOfAWholeLargeChunkFitsTheBlock) {
+  stream s{this->dev()};
+  const std::size_t big = max_batch_staging, small = 5000, size = big + (8 << 10);
+  region dev{mem::device, this->dev(), size}, back{mem::pageable, this->dev(), size};
+  const bytes_t source = random_bytes(size), before = random_bytes(size);
+  dev.write(source);
+  back.write(before);
+  copy_options o = get_copy_options();
+  o.max_chunk = big;
+  o.batch_kernel_max_copy = big;
+  const std::vector<copy_request> requests{{back.data(), dev.data() + 15, big},
+                                           {back.data() + big + 100, dev.data() + big + 200, small}};
+  copy_async(requests, s, o).wait();
+  bytes_t expected = before;
+  std::copy_n(source.begin() + 15, big, expected.begin());
+  std::copy_n(source.begin() + static_cast<std::ptrdiff_t>(big + 200), small,
+              expected.begin() + static_cast<std::ptrdiff_t>(big + 100));
+  EXPECT_EQ(back.read(), expected);
+}
+
 TYPED_TEST(BatchCopy, EmulatedDelaysChangeNothing) {
   if (this->is_cuda()) GTEST_SKIP() << "emulated devices only";
   scoped_emulated_delay delay{std::chrono::microseconds{300}};

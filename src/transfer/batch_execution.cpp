@@ -510,7 +510,8 @@ transfer run_batch(std::vector<entry>& entries, stream_view s, const copy_option
   // through a ring of buffers; all of it is taken before anything is enqueued.
   std::size_t down_total = 0;
   for (const staged& r : down) down_total += r.slot();
-  const std::size_t block_bytes = std::min(down_total, std::max(max_batch_staging, aligned(o.max_chunk)));
+  // (a range is at most max_chunk bytes, and its skew at most 15 more: the block holds any one alone)
+  const std::size_t block_bytes = std::min(down_total, std::max(max_batch_staging, aligned(o.max_chunk + 15)));
   const upload_plan plan = plan_uploads(std::move(up), o);
   mr::caching_pinned_resource& resource = o.staging != nullptr ? *o.staging : staging_resource(device.kind());
   const batch_block block{resource, block_bytes, s};
