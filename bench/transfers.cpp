@@ -15,6 +15,10 @@
 //       of_pinned (the floor's median copy time over the engine's) and
 //       pinned_GBps. Runs of the separate benchmarks above lie seconds apart,
 //       and on the lent machines the link and host memory drift over seconds.
+//   transfer/h2d-interleaved|d2h-interleaved/pinned-chunks/<size>   on CUDA,
+//       1-64 MiB: the engine's chunk plan as one DMA per chunk from pinned
+//       memory, no host copies, against one DMA of it all: what splitting a
+//       copy costs the link, a floor under the engine's of_pinned.
 //   transfer/d2d/<method>/<size>       device to device on one device
 //   transfer/peer/<method>/<size>      between two devices (when there are two)
 //   transfer/first-touch/<method>/<size>      upload of freshly allocated,
@@ -51,6 +55,7 @@
 #include "syncmem/mr/pinned_resource.hpp"
 #include "syncmem/stream.hpp"
 #include "transfer/copy_internal.hpp"
+#include "transfer/staging_pacer.hpp"
 
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
 #include <cuda_runtime_api.h>
@@ -225,27 +230,38 @@ double median(std::vector<double> v) {
 
 // The engine against the floor copy by copy (see the list at the top): pinned
 // memory through the backend's own copy (cudaMemcpyAsync on CUDA), then
-// pageable memory through the engine, each timed alone. The iteration time is
-// the engine's copy.
-void run_interleaved(benchmark::State& state, device_id d, std::size_t n, direction dir) {
+// pageable memory through the engine, or the engine's chunks as DMAs of pinned
+// memory (method pinned-chunks), each timed alone. The iteration time is ours.
+void run_interleaved(benchmark::State& state, device_id d, std::size_t n, direction dir, const std::string& method) {
   const buffers b{d, n};
   stream own{d};
   const stream_view s = own;
   const bool h2d = dir == direction::h2d;
   stopwatch watch{s};
-  auto engine_copy = [&] { (void)copy_async(h2d ? b.device_a : b.pageable, h2d ? b.pageable : b.device_a, n, s); };
-  auto pinned_copy = [&] {
-    void* dst = h2d ? b.device_a : b.pinned;
-    const void* src = h2d ? b.pinned : b.device_a;
+  const auto pinned_dma = [&](std::size_t offset, std::size_t bytes) {
+    auto* dst = static_cast<std::byte*>(h2d ? b.device_a : b.pinned) + offset;
+    const auto* src = static_cast<const std::byte*>(h2d ? b.pinned : b.device_a) + offset;
 #if defined(SYNCMEM_BENCH_HAS_CUDA)
     if (d.kind() == device_kind::cuda) {
       SYNCMEM_CUDA_TRY(
-          cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cuda::native(s)));
+          cudaMemcpyAsync(dst, src, bytes, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cuda::native(s)));
       return;
     }
 #endif
-    backend_copy(dst, src, n, s);
+    backend_copy(dst, src, bytes, s);
   };
+  std::size_t largest = 0;
+  const auto chunks = detail::staging_pacer::plan_chunks(
+      n, get_copy_options(),
+      h2d ? detail::staging_pacer::growth::by_half : detail::staging_pacer::growth::doubling_then_halving, largest);
+  auto engine_copy = [&] {
+    if (method == "pinned-chunks") {
+      for (const auto& c : chunks) pinned_dma(c.offset, c.bytes);
+      return;
+    }
+    (void)copy_async(h2d ? b.device_a : b.pageable, h2d ? b.pageable : b.device_a, n, s);
+  };
+  auto pinned_copy = [&] { pinned_dma(0, n); };
   engine_copy();  // warm, as in run_bandwidth
   pinned_copy();
   s.synchronize();
@@ -442,13 +458,18 @@ void register_transfer_suite(const options& o) {
       }
     }
     if (n >= 1 * MiB) {
+      std::vector<std::string> interleaved = {"engine"};
+      if (gpu && n <= 64 * MiB) interleaved.emplace_back("pinned-chunks");
       for (const auto dir : {direction::h2d, direction::d2h}) {
-        const auto name =
-            fmt::format("transfer/{}-interleaved/engine/{}", dir == direction::h2d ? "h2d" : "d2h", size_name(n));
-        register_benchmark(name.c_str(), [d, n, dir](benchmark::State& s) { run_interleaved(s, d, n, dir); })
-            ->UseManualTime()
-            ->MinTime(o.min_time())
-            ->Unit(benchmark::kMicrosecond);
+        for (const auto& method : interleaved) {
+          const auto name =
+              fmt::format("transfer/{}-interleaved/{}/{}", dir == direction::h2d ? "h2d" : "d2h", method, size_name(n));
+          register_benchmark(name.c_str(),
+                             [d, n, dir, method](benchmark::State& s) { run_interleaved(s, d, n, dir, method); })
+              ->UseManualTime()
+              ->MinTime(o.min_time())
+              ->Unit(benchmark::kMicrosecond);
+        }
       }
     }
     if (!o.quick || n == 64 * MiB) {

@@ -100,7 +100,7 @@ class staging_pacer {
   [[nodiscard]] static std::size_t next_chunk(std::size_t bytes, const copy_options& options, growth g) noexcept;
   // How a staged copy of `bytes` bytes is cut into chunks with `options`;
   // `largest` is set to the largest chunk. Shared with the timeline tool
-  // (bench/tuning/transfer_timeline.cpp).
+  // (bench/tuning/transfer_timeline.cpp) and the pinned-chunks benchmarks.
   [[nodiscard]] static std::vector<chunk> plan_chunks(std::size_t bytes, const copy_options& options, growth g,
                                                       std::size_t& largest);
   // The staging buffers, and so the chunks in flight at once, of a copy of
