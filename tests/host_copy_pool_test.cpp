@@ -130,9 +130,10 @@ TEST(HostCopyPool, MoreCallersThanTheSlotsOfThePool) {
   for (int c = 0; c < callers; ++c) EXPECT_EQ(mismatches[static_cast<std::size_t>(c)], 0) << "caller " << c;
 }
 
-// Waits until whatever earlier tests left for the pool threads to demote is
-// done, and returns host_copy_pool::demoted_bytes() then.
+// Demotes what earlier tests left this thread, waits until what they left the
+// pool threads is done, and returns host_copy_pool::demoted_bytes() then.
 std::uint64_t settled_demoted_bytes() {
+  host_copy_pool::demote_pending();
   std::uint64_t last = host_copy_pool::demoted_bytes();
   for (int calm = 0; calm < 5;) {
     std::this_thread::sleep_for(std::chrono::milliseconds{10});
@@ -223,8 +224,9 @@ TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
 }
 
 // A from_staging job's threads demote every staging byte they have read
-// exactly once, after the job has ended at the latest (they do it when they
-// would otherwise wait); one told to keep its lines demotes none. Every byte
+// exactly once: the pool threads when they would otherwise wait, after the
+// job has ended at the latest, the caller at its next wait (here
+// demote_pending); one told to keep its lines demotes none. Every byte
 // arrives either way.
 TEST(HostCopyPoolJob, FromStagingDemotesWhatItReadOnceUnlessToldToKeepTheLines) {
   const std::uint64_t before = settled_demoted_bytes();
@@ -245,6 +247,7 @@ TEST(HostCopyPoolJob, FromStagingDemotesWhatItReadOnceUnlessToldToKeepTheLines) 
     ASSERT_EQ(dst, src) << (keep ? "keeping" : "demoting") << " the lines, " << bytes << " bytes";
     if (!keep) demoting_bytes += bytes;
   }
+  host_copy_pool::demote_pending();  // the caller's share
   // The pool threads demote what they read once they find no work.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
   while (host_copy_pool::demoted_bytes() - before < demoting_bytes && std::chrono::steady_clock::now() < deadline) {
@@ -273,10 +276,34 @@ TEST(HostCopyPoolJob, FromStagingOfManySmallChunksDemotesABoundedPart) {
     for (std::size_t i = 0; i < chunks.size(); ++i) j.open(i, staging.data() + chunks[i].offset, nullptr);
     for (std::size_t i = 0; i < chunks.size(); ++i) j.finish(i);
   }
+  host_copy_pool::demote_pending();  // one thread: the caller read it all
   EXPECT_EQ(dst, staging);
   const std::uint64_t demoted = settled_demoted_bytes() - before;
   EXPECT_GT(demoted, 0U) << "the last ranges read are demoted";
   EXPECT_LT(demoted, bytes / 2) << "of " << bytes << " bytes read";
+}
+
+// The caller of a from_staging job alone (one thread) copies every piece
+// without waiting, and the job's end demotes none of what it read, which
+// would hold the copy's return back: the caller demotes all of it at its
+// next wait (here demote_pending), each byte once.
+TEST(HostCopyPoolJob, FromStagingLeavesWhatTheCallerReadForItsNextWait) {
+  const std::size_t bytes = 2 * MiB + std::uniform_int_distribution<std::size_t>{0, MiB}(rng());
+  const auto chunks = random_chunks(bytes, 700 * KiB);
+  const auto src = random_block(bytes);
+  std::vector<std::byte> dst(bytes);
+  std::vector<std::vector<std::byte>> ring(3, std::vector<std::byte>(700 * KiB));
+  const std::uint64_t before = settled_demoted_bytes();
+  {
+    job j{host_copy_pool::instance(), job::direction::from_staging, dst.data(), nullptr, chunks, 1};
+    download_through_a_ring(j, chunks, src, ring);
+  }
+  ASSERT_EQ(dst, src);
+  EXPECT_EQ(host_copy_pool::demoted_bytes() - before, 0U) << "demoted on the copy's path";
+  host_copy_pool::demote_pending();
+  EXPECT_EQ(host_copy_pool::demoted_bytes() - before, bytes);
+  host_copy_pool::demote_pending();
+  EXPECT_EQ(host_copy_pool::demoted_bytes() - before, bytes) << "demoted twice";
 }
 
 // A gate holds the threads back, as the engine uses it: on a device's stream

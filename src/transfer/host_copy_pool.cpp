@@ -59,10 +59,10 @@ struct pending_demotes {
   int count = 0;
 
   [[nodiscard]] bool empty() const noexcept { return head == count; }
-  // Demotes until `stop()` (checked after each page) or until nothing is left.
+  // Demotes until `stop()` (checked before each page) or until nothing is left.
   template <class Stop>
   void flush(Stop stop) noexcept {
-    while (head < count) {
+    while (head < count && !stop()) {
       range& r = ranges[head];
       const std::size_t n = std::min(r.bytes, step);
       host_copy_pool::demote(r.begin, n);
@@ -70,7 +70,6 @@ struct pending_demotes {
       r.begin += n;
       r.bytes -= n;
       if (r.bytes == 0) ++head;
-      if (stop()) break;
     }
     if (head == count) head = count = 0;
   }
@@ -258,6 +257,7 @@ void host_copy_pool::demote(const void* p, std::size_t bytes) noexcept {
 }
 
 std::uint64_t host_copy_pool::demoted_bytes() noexcept { return demoted.load(std::memory_order_relaxed); }
+void host_copy_pool::demote_pending() noexcept { pending.flush_all(); }
 std::uint64_t host_copy_pool::gate_waits() noexcept { return gates_waited.load(std::memory_order_relaxed); }
 
 void host_copy_pool::copy(void* dst, const void* src, std::size_t bytes, int threads) {
@@ -543,7 +543,6 @@ void host_copy_pool::job::set_helpers(int helpers) noexcept {
 void host_copy_pool::job::stop() noexcept {
   if (stopped_) return;
   stopped_ = true;
-  pending.flush_all();  // what the caller read (the pool threads demote theirs when they next wait)
   const std::size_t claimed = next_.exchange(pieces_.size() + 1);  // nothing more can be claimed
   if (slot_ >= 0) pool_.withdraw(slot_);                           // no pool thread touches the job any more
   slot_ = -1;

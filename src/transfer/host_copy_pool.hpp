@@ -20,9 +20,12 @@
 // that demoting, which takes longer than the copy itself, is not on the
 // copy's critical path (bench/tuning/transfer_timeline.cpp shows both). A
 // thread keeps the last 64 ranges it has read: when more come (a batch's many
-// small downloads), it drops the oldest rather than demote them then. A pool
-// thread may thus demote lines after the job has ended and its buffers have
-// been freed: CLDEMOTE is a hint that faults on no address and changes no byte.
+// small downloads), it drops the oldest rather than demote them then. The
+// caller too keeps its share for its next wait in a job (usually its next
+// copy's), as demoting it when the job ends held a 16 MiB download's return
+// back by 100 us and more (transfer/d2h-interleaved). A thread may thus
+// demote lines after the job has ended and its buffers have been freed:
+// CLDEMOTE is a hint that faults on no address and changes no byte.
 
 #include <array>
 #include <atomic>
@@ -84,6 +87,9 @@ class host_copy_pool {
   // they have read once it no longer holds anyone up, a to_staging job's
   // what they have written where it says so (see job).
   [[nodiscard]] static std::uint64_t demoted_bytes() noexcept;
+  // Demotes now what this thread has read and not yet demoted (see "Demoting
+  // later"), as the thread would at its next wait (for tests).
+  static void demote_pending() noexcept;
   // Gates waited for (one event synchronisation each) since the process
   // started (for tests): once per chunk opened behind a gate with open, none
   // for those opened behind the chunk before them (open_behind_previous).
