@@ -40,10 +40,11 @@ std::vector<std::byte> random_block(std::size_t n) {
   return out;
 }
 
-// Chunks of random sizes in [1, most] that cover `bytes`.
-std::vector<job::chunk> random_chunks(std::size_t bytes, std::size_t most) {
+// Chunks of random sizes in [least, most] that cover `bytes` (the last one
+// may be shorter).
+std::vector<job::chunk> random_chunks(std::size_t bytes, std::size_t most, std::size_t least = 1) {
   std::vector<job::chunk> chunks;
-  std::uniform_int_distribution<std::size_t> size{1, most};
+  std::uniform_int_distribution<std::size_t> size{least, most};
   for (std::size_t at = 0; at < bytes;) {
     const std::size_t n = std::min(size(rng()), bytes - at);
     chunks.push_back({at, n});
@@ -227,33 +228,34 @@ TEST(HostCopyPoolJob, FromStagingThroughARingOfBuffers) {
 // exactly once: the pool threads when they would otherwise wait, after the
 // job has ended at the latest, the caller at its next wait (here
 // demote_pending); one told to keep its lines demotes none. Every byte
-// arrives either way.
+// arrives either way. Chunks of 256 KiB and more keep a job under 64 pieces,
+// so that no thread's list of ranges drops any.
 TEST(HostCopyPoolJob, FromStagingDemotesWhatItReadOnceUnlessToldToKeepTheLines) {
-  const std::uint64_t before = settled_demoted_bytes();
   std::uniform_int_distribution<std::size_t> extra{0, MiB};
   std::uniform_int_distribution<int> threads{2, 12};
-  std::uint64_t demoting_bytes = 0;
   for (const bool keep : {true, false, true, false}) {
     const std::size_t bytes = 2 * MiB + extra(rng());
-    const auto chunks = random_chunks(bytes, 700 * KiB);
+    const auto chunks = random_chunks(bytes, 700 * KiB, 256 * KiB);
     const auto src = random_block(bytes);
     std::vector<std::byte> dst(bytes);
     std::vector<std::vector<std::byte>> ring(3, std::vector<std::byte>(700 * KiB));
+    const std::uint64_t before = settled_demoted_bytes();
     {
       job j{host_copy_pool::instance(), job::direction::from_staging, dst.data(), nullptr, chunks, threads(rng())};
       if (keep) j.keep_staging_lines();
       download_through_a_ring(j, chunks, src, ring);
     }
     ASSERT_EQ(dst, src) << (keep ? "keeping" : "demoting") << " the lines, " << bytes << " bytes";
-    if (!keep) demoting_bytes += bytes;
+    host_copy_pool::demote_pending();  // the caller's share
+    // The pool threads demote what they read once they find no work.
+    const std::uint64_t demoting = keep ? 0 : bytes;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+    while (host_copy_pool::demoted_bytes() - before < demoting && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds{1});
+    }
+    EXPECT_EQ(settled_demoted_bytes() - before, demoting)
+        << (keep ? "keeping" : "demoting") << " the lines, " << bytes << " bytes in " << chunks.size() << " chunks";
   }
-  host_copy_pool::demote_pending();  // the caller's share
-  // The pool threads demote what they read once they find no work.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
-  while (host_copy_pool::demoted_bytes() - before < demoting_bytes && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds{1});
-  }
-  EXPECT_EQ(settled_demoted_bytes() - before, demoting_bytes);
 }
 
 // A thread holds a bounded list of what it has read to demote later: a
@@ -289,7 +291,7 @@ TEST(HostCopyPoolJob, FromStagingOfManySmallChunksDemotesABoundedPart) {
 // next wait (here demote_pending), each byte once.
 TEST(HostCopyPoolJob, FromStagingLeavesWhatTheCallerReadForItsNextWait) {
   const std::size_t bytes = 2 * MiB + std::uniform_int_distribution<std::size_t>{0, MiB}(rng());
-  const auto chunks = random_chunks(bytes, 700 * KiB);
+  const auto chunks = random_chunks(bytes, 700 * KiB, 256 * KiB);  // one piece each: at most 13
   const auto src = random_block(bytes);
   std::vector<std::byte> dst(bytes);
   std::vector<std::vector<std::byte>> ring(3, std::vector<std::byte>(700 * KiB));
