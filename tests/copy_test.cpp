@@ -401,7 +401,9 @@ TYPED_TEST(Copy, StagedCopiesAroundEverySwitchDeliverEveryByteInOrder) {
   t.ordinary_stores_above = 512 * KiB + random() % (64 * KiB);
   t.demote_downloads_up_to = 256 * KiB + random() % (64 * KiB);
   std::vector<std::size_t> sizes;
+  t.demote_every_ordinary_chunk_up_to = t.ordinary_stores_above + 128 * KiB + random() % (64 * KiB);
   const std::size_t switches[] = {t.demote_downloads_up_to, t.ordinary_stores_above,
+                                  t.demote_every_ordinary_chunk_up_to,
                                   detail::staging_pacer::more_threads_for_uploads_up_to};
   for (const std::size_t at : switches) {
     sizes.push_back(at - random() % (16 * KiB));
@@ -666,9 +668,12 @@ TYPED_TEST(Copy, AnUploadMergesAdjacentChunksWhileTheLinkIsBusy) {
 }
 
 // An upload larger than staging_thresholds::ordinary_stores_above writes the
-// staging of its middle chunks with ordinary stores (its first ones with
-// streaming stores, its last ones demoted), one of that size or smaller with
-// streaming stores only; every byte arrives either way.
+// staging of its later chunks with ordinary stores (staging_pacer::
+// upload_stores: up to demote_every_ordinary_chunk_up_to all after the first
+// two, demoted; above it the middle ones, the last three demoted), one of that
+// size or smaller with streaming stores only; every byte arrives either way.
+// Where the CPU demotes, the threads have demoted at least the chunks the plan
+// names by the time the copy returns (other tests' leftovers may add more).
 TYPED_TEST(Copy, AnUploadAboveTheThresholdUsesOrdinaryStores) {
   copy_options o;
   o.direct_threshold = 0;
@@ -676,13 +681,26 @@ TYPED_TEST(Copy, AnUploadAboveTheThresholdUsesOrdinaryStores) {
   o.max_chunk = 256 * KiB;
   detail::staging_thresholds t;
   t.ordinary_stores_above = 1 * MiB + rng()() % (64 * KiB);
+  t.demote_every_ordinary_chunk_up_to = t.ordinary_stores_above + 1 * MiB + rng()() % (64 * KiB);
   stream s{this->dev()};
-  for (const std::size_t n : {t.ordinary_stores_above, t.ordinary_stores_above + 1 + rng()() % (3 * MiB)}) {
+  const std::size_t sizes[] = {t.ordinary_stores_above,
+                               t.ordinary_stores_above + 1 + rng()() % (1 * MiB),  // every later chunk demoted
+                               t.demote_every_ordinary_chunk_up_to + 1 + rng()() % (3 * MiB)};
+  for (const std::size_t n : sizes) {
     const auto bytes = random_bytes(n);
     test_buffer d{mem::device, this->kind, n};
+    std::size_t largest = 0;
+    const auto chunks = detail::staging_pacer::plan_chunks(n, o, detail::staging_pacer::growth::by_half, largest);
+    const auto stores = detail::staging_pacer::upload_stores(n, chunks.size(), t);
+    std::uint64_t demoting = 0;
+    for (std::size_t i = stores.demoted_from; i < chunks.size(); ++i) demoting += chunks[i].bytes;
     const auto before = detail::ordinary_store_upload_count();
+    const auto demoted_before = detail::host_copy_pool::demoted_bytes();
     detail::copy_async_with(d.data(), bytes.data(), n, s, o, t).wait();
     EXPECT_EQ(detail::ordinary_store_upload_count() - before, n > t.ordinary_stores_above ? 1U : 0U) << n << " bytes";
+    if (detail::host_copy_pool::can_demote()) {
+      EXPECT_GE(detail::host_copy_pool::demoted_bytes() - demoted_before, demoting) << n << " bytes";
+    }
     EXPECT_TRUE(same_bytes(d.read(), bytes)) << n << " bytes";
   }
 }

@@ -137,16 +137,66 @@ TEST(StagingPacerPlan, DownloadsDoubleThenHalve) {
   }
 }
 
+// Which chunks of a single upload get ordinary stores and which are demoted,
+// with the engine's chunk plans: none up to 2 MiB; every chunk after the
+// first two up to 8 MiB, demoted; above that the chunks after the first
+// five, the last three of them demoted. With random thresholds the same holds
+// on either side of each, and for plans shorter than the head.
+TEST(StagingPacerPlan, SingleUploadsWriteTheirLaterChunksWithOrdinaryStores) {
+  const copy_options defaults;
+  const auto stores_of = [&](std::size_t bytes) {
+    std::size_t largest = 0;
+    const std::size_t n = pacer::plan_chunks(bytes, defaults, pacer::growth::by_half, largest).size();
+    const auto s = pacer::upload_stores(bytes, n);
+    return std::vector<std::size_t>{n, s.ordinary_from, s.demoted_from};
+  };
+  EXPECT_THAT(stores_of(1 * MiB), ::testing::ElementsAre(2, 2, 2));  // none: from the end on
+  EXPECT_THAT(stores_of(2 * MiB), ::testing::ElementsAre(3, 3, 3));
+  EXPECT_THAT(stores_of(2 * MiB + 1), ::testing::ElementsAre(3, 2, 2));
+  EXPECT_THAT(stores_of(4 * MiB), ::testing::ElementsAre(4, 2, 2));
+  EXPECT_THAT(stores_of(8 * MiB), ::testing::ElementsAre(6, 2, 2));
+  EXPECT_THAT(stores_of(8 * MiB + 1), ::testing::ElementsAre(6, 5, 5));
+  EXPECT_THAT(stores_of(16 * MiB), ::testing::ElementsAre(8, 5, 5));
+  EXPECT_THAT(stores_of(64 * MiB), ::testing::ElementsAre(20, 5, 17));
+
+  auto& random = rng();
+  for (int trial = 0; trial < 300; ++trial) {
+    detail::staging_thresholds t;
+    t.ordinary_stores_above = 1 + random() % (8 * MiB);
+    t.demote_every_ordinary_chunk_up_to = t.ordinary_stores_above + random() % (8 * MiB);
+    const std::size_t chunks = 1 + random() % 12;
+    const std::size_t below = 1 + random() % t.ordinary_stores_above;
+    const std::size_t long_one = t.demote_every_ordinary_chunk_up_to + 1 + random() % (64 * MiB);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << chunks << " chunks, thresholds "
+                                      << t.ordinary_stores_above << " and " << t.demote_every_ordinary_chunk_up_to);
+    const auto none = pacer::upload_stores(below, chunks, t);
+    EXPECT_EQ(none.ordinary_from, chunks);
+    EXPECT_EQ(none.demoted_from, chunks);
+    if (t.demote_every_ordinary_chunk_up_to > t.ordinary_stores_above) {
+      const std::size_t short_one =
+          t.ordinary_stores_above + 1 + random() % (t.demote_every_ordinary_chunk_up_to - t.ordinary_stores_above);
+      const auto all_demoted = pacer::upload_stores(short_one, chunks, t);
+      EXPECT_EQ(all_demoted.ordinary_from, std::min<std::size_t>(chunks, 2));
+      EXPECT_EQ(all_demoted.demoted_from, std::min<std::size_t>(chunks, 2));
+    }
+    const auto tail_demoted = pacer::upload_stores(long_one, chunks, t);
+    EXPECT_EQ(tail_demoted.ordinary_from, std::min<std::size_t>(chunks, 5));
+    EXPECT_EQ(tail_demoted.demoted_from, chunks <= 5 ? chunks : std::max<std::size_t>(5, chunks - 3));
+  }
+}
+
 // A staged upload takes half as many threads again as the pool's default
-// when short or large, the default in between; a batch's uploads over the
-// ordinary-stores threshold take twice the default (their host side limits
-// them), and what the options set wins over both.
+// when short or over the ordinary-stores threshold, the default in between;
+// a batch's uploads over the batch's threshold take twice the default (their
+// host side limits them), half as many again when short, whatever the single
+// uploads' threshold; what the options set wins over all.
 TEST(StagingPacerThreads, BatchUploadsOverTheThresholdTakeTwiceTheDefault) {
   auto& random = rng();
   for (int trial = 0; trial < 200; ++trial) {
     const int usual = 1 + static_cast<int>(random() % 8);
     detail::staging_thresholds t;
     t.ordinary_stores_above = pacer::more_threads_for_uploads_up_to + 1 + random() % (64 * MiB);
+    t.batch_ordinary_stores_above = t.ordinary_stores_above;
     copy_options o;
     const std::size_t short_upload = 1 + random() % pacer::more_threads_for_uploads_up_to;
     const std::size_t middle = pacer::more_threads_for_uploads_up_to + 1 +
@@ -160,6 +210,11 @@ TEST(StagingPacerThreads, BatchUploadsOverTheThresholdTakeTwiceTheDefault) {
     EXPECT_EQ(pacer::batch_upload_threads(short_upload, o, t, usual), usual * 3 / 2);
     EXPECT_EQ(pacer::batch_upload_threads(middle, o, t, usual), usual);
     EXPECT_EQ(pacer::batch_upload_threads(t.ordinary_stores_above, o, t, usual), usual);
+    EXPECT_EQ(pacer::batch_upload_threads(large, o, t, usual), usual * 2);
+    t.ordinary_stores_above = 1 + random() % pacer::more_threads_for_uploads_up_to;  // no effect on batches
+    EXPECT_EQ(pacer::upload_threads(middle, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(pacer::batch_upload_threads(short_upload, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(pacer::batch_upload_threads(middle, o, t, usual), usual);
     EXPECT_EQ(pacer::batch_upload_threads(large, o, t, usual), usual * 2);
     o.host_threads = 1 + static_cast<int>(random() % 16);
     for (const std::size_t bytes : {short_upload, middle, large}) {

@@ -138,9 +138,8 @@ struct copy_options {
   int staging_buffers = 8;
   /// @brief Threads that copy on the host, the calling thread included; 0:
   /// half the cores, at most 8, and half as many again for the staged copies
-  /// whose host side limits them (short uploads, large uploads, short
-  /// downloads), twice as many for a batch's uploads over 32 MiB
-  /// (docs/transfers.md).
+  /// whose host side limits them (single uploads, short downloads), twice as
+  /// many for a batch's uploads over 32 MiB (docs/transfers.md).
   int host_threads = 0;
   /// @brief Copy between devices directly when peer access can be enabled
   /// (it is enabled on first use); false stages through pinned host memory.

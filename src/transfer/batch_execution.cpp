@@ -406,7 +406,7 @@ void send_uploads(submitter& out, const upload_plan& p, std::byte* ring, const b
   }
   const int threads = staging_pacer::batch_upload_threads(total, o);
   host_copy_pool::instance().wake(threads);
-  const bool ordinary = total > staging_thresholds{}.ordinary_stores_above;
+  const bool ordinary = total > staging_thresholds{}.batch_ordinary_stores_above;
   const std::size_t count = p.buffers;
   auto pacer = staging_pacer::batch_upload(count, threads, ordinary);  // before the job: its gates outlive it
   host_copy_pool::job job{

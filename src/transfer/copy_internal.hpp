@@ -118,7 +118,8 @@ void finish_completed(transfer& t) noexcept;
 [[nodiscard]] std::uint64_t staged_upload_dma_count() noexcept;
 
 // Staged uploads, and rounds of batched uploads, that wrote their staging
-// with ordinary stores (staging_thresholds::ordinary_stores_above), in this
+// with ordinary stores (staging_thresholds::ordinary_stores_above and
+// batch_ordinary_stores_above), in this
 // process (for tests); a batch counts its rounds with note_ordinary_store_upload.
 [[nodiscard]] std::uint64_t ordinary_store_upload_count() noexcept;
 void note_ordinary_store_upload() noexcept;

@@ -85,12 +85,6 @@ std::atomic<std::uint64_t> staged_downloads_demoting{0};            // see demot
 std::atomic<std::uint64_t> staged_downloads_on_alternate_half{0};   // see alternate_half_download_count
 std::atomic<unsigned> download_ring_turn{0};  // bit 0: the ring the next download that keeps its lines takes
 
-// An upload with ordinary stores writes its first chunks with streaming stores,
-// whose DMAs follow at once, and demotes its last ones, whose DMAs follow
-// before the lines leave the writers' caches (see "Stores" at staged_to_device).
-constexpr std::size_t streaming_head_chunks = 5;
-constexpr std::size_t demoted_tail_chunks = 3;
-
 }  // namespace
 
 void enqueue_copy(void* dst, const void* src, std::size_t bytes, stream_view s) {
@@ -140,9 +134,10 @@ transfer direct_to_pageable(void* dst, const void* src, std::size_t bytes, strea
 // says why each part is there; transfer/h2d and transfer/h2d-interleaved
 // measure it.
 //
-// Stores: a large upload writes its middle chunks with ordinary stores, since
-// streaming stores (which write memory) slow the DMAs beside them, and keeps
-// every thread, without pacing.
+// Stores: an upload over 2 MiB writes its later chunks with ordinary stores,
+// since streaming stores (which write memory) slow the DMAs beside them
+// (staging_pacer::upload_stores says which), and keeps every thread, without
+// pacing.
 transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s, const copy_options& o,
                           const staging_thresholds& t) {
   const int threads = staging_pacer::upload_threads(bytes, o, t);
@@ -158,9 +153,8 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
     host_copy_pool::job job{
         host_copy_pool::instance(), host_copy_pool::job::direction::to_staging, nullptr, src, chunks, threads};
     if (ordinary) {
-      const std::size_t n = chunks.size();
-      const std::size_t ordinary_from = std::min(n, streaming_head_chunks);
-      job.set_stores(ordinary_from, n - std::min(n - ordinary_from, demoted_tail_chunks));
+      const auto stores = staging_pacer::upload_stores(bytes, chunks.size(), t);
+      job.set_stores(stores.ordinary_from, stores.demoted_from);
       staged_uploads_with_ordinary_stores.fetch_add(1, std::memory_order_relaxed);
     }
     for (std::size_t i = 0; i < count; ++i) job.open(i, (*ring)[i], nullptr);

@@ -67,6 +67,20 @@ std::size_t staging_pacer::ring_buffers(const copy_options& o, std::size_t chunk
   return std::min(static_cast<std::size_t>(o.staging_buffers), chunks);
 }
 
+staging_pacer::stores staging_pacer::upload_stores(std::size_t bytes, std::size_t chunks,
+                                                   const staging_thresholds& t) noexcept {
+  constexpr std::size_t short_streaming_head = 2;
+  constexpr std::size_t streaming_head = 5;
+  constexpr std::size_t demoted_tail = 3;
+  if (bytes <= t.ordinary_stores_above) return {chunks, chunks};
+  if (bytes <= t.demote_every_ordinary_chunk_up_to) {
+    const std::size_t from = std::min(chunks, short_streaming_head);
+    return {from, from};
+  }
+  const std::size_t from = std::min(chunks, streaming_head);
+  return {from, chunks - std::min(chunks - from, demoted_tail)};
+}
+
 bool staging_pacer::demotes_download(std::size_t bytes, const staging_thresholds& t) noexcept {
   return bytes <= t.demote_downloads_up_to;
 }
@@ -87,7 +101,8 @@ int staging_pacer::upload_threads(std::size_t bytes, const copy_options& o, cons
 int staging_pacer::batch_upload_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
                                         int usual) noexcept {
   if (o.host_threads > 0) return o.host_threads;
-  return bytes > t.ordinary_stores_above ? usual * 2 : upload_threads(bytes, o, t, usual);
+  if (bytes > t.batch_ordinary_stores_above) return usual * 2;
+  return bytes <= more_threads_for_uploads_up_to ? usual * 3 / 2 : usual;
 }
 
 int staging_pacer::download_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,

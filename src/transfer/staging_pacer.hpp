@@ -29,10 +29,20 @@ namespace syncmem::detail {
 // treatments (engine-streaming, engine-ordinary in bench/transfers.cpp) pass
 // others to copy_async_with.
 struct staging_thresholds {
-  // Uploads larger than this write their middle chunks with ordinary stores,
-  // which leave the DMAs beside them at full speed (transfer/h2d against
-  // engine-streaming, bench/results/h200).
-  std::size_t ordinary_stores_above = std::size_t{32} << 20;
+  // Single uploads larger than this write part of their staging with
+  // ordinary stores, whose lines a DMA reads from the shared cache, since
+  // streaming stores fill memory and slow the DMAs beside them
+  // (transfer/h2d-interleaved at 4 and 16 MiB, transfer/h2d against
+  // engine-streaming from 64 MiB; bench/results/h200). staging_pacer::
+  // upload_stores says which chunks.
+  std::size_t ordinary_stores_above = std::size_t{2} << 20;
+  // Single uploads with ordinary stores up to this write every chunk after
+  // their first two so and demote it; larger ones keep streaming stores for
+  // their first five, demote only their last three (upload_stores).
+  std::size_t demote_every_ordinary_chunk_up_to = std::size_t{8} << 20;
+  // A batch's uploads, larger than this in all, are gathered with ordinary
+  // stores and twice the threads (batch_execution.cpp).
+  std::size_t batch_ordinary_stores_above = std::size_t{32} << 20;
   // Downloads up to this demote the staging lines they read, which would slow
   // the next download's first DMAs; larger ones, limited by their copy-out,
   // alternate between two rings instead (transfer/d2h, bench/results/h200).
@@ -111,13 +121,15 @@ class staging_pacer {
   // bytes into its staging (upload_threads) or out of it (download_threads):
   // what the options set, else `usual` (the pool's default), half as many
   // again for uploads up to more_threads_for_uploads_up_to or larger than
-  // staging_thresholds::ordinary_stores_above and for downloads that demote.
-  // Shared with the timeline tool.
+  // staging_thresholds::ordinary_stores_above (with the defaults, every
+  // staged upload) and for downloads that demote. Shared with the timeline
+  // tool.
   [[nodiscard]] static int upload_threads(std::size_t bytes, const copy_options& options,
                                           const staging_thresholds& thresholds = {},
                                           int usual = host_copy_pool::default_threads()) noexcept;
   // The same for the uploads of a batch, `bytes` of them in all: twice `usual`
-  // when they are larger than ordinary_stores_above.
+  // when they are larger than batch_ordinary_stores_above, half as many again
+  // up to more_threads_for_uploads_up_to, else `usual`.
   [[nodiscard]] static int batch_upload_threads(std::size_t bytes, const copy_options& options,
                                                 const staging_thresholds& thresholds = {},
                                                 int usual = host_copy_pool::default_threads()) noexcept;
@@ -127,6 +139,22 @@ class staging_pacer {
   // Whether a staged download of `bytes` bytes demotes the staging lines it
   // reads. Shared with the timeline tool.
   [[nodiscard]] static bool demotes_download(std::size_t bytes, const staging_thresholds& thresholds = {}) noexcept;
+
+  // Which chunks of a single upload's job get ordinary stores and which are
+  // also demoted (host_copy_pool::job::set_stores): none up to
+  // ordinary_stores_above; up to demote_every_ordinary_chunk_up_to every
+  // chunk after the first two, demoted; above it the chunks after the first
+  // five, the last three of them demoted. The first chunks keep streaming
+  // stores because the link waits for them (a demoted chunk completes
+  // later), the last are demoted because their DMAs follow before the lines
+  // leave the writers' caches, and the middle chunks of a long upload skip
+  // demoting, which would slow the host copies that limit it.
+  struct stores {
+    std::size_t ordinary_from;
+    std::size_t demoted_from;
+  };
+  [[nodiscard]] static stores upload_stores(std::size_t bytes, std::size_t chunks,
+                                            const staging_thresholds& thresholds = {}) noexcept;
 
   // A single upload through `buffers` buffers, copied by `threads` threads.
   [[nodiscard]] static staging_pacer upload(std::size_t buffers, int threads, bool ordinary_stores) {
