@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
   const stream_view s = own;
   const copy_options options = get_copy_options();
   // As the engine: short downloads demote the staging lines they read, with
-  // more threads (staging_pacer.hpp).
+  // more threads, and uploads over 2 MiB write their later chunks with
+  // ordinary stores (staging_pacer.hpp).
   const bool demoting = !up && detail::staging_pacer::demotes_download(bytes);
   const int threads = up ? detail::staging_pacer::upload_threads(bytes, options)
                          : detail::staging_pacer::download_threads(bytes, options);
@@ -123,6 +124,10 @@ int main(int argc, char** argv) {
       host_copy_pool::job job{host_copy_pool::instance(),     dir,    up ? nullptr : pageable.data(),
                               up ? pageable.data() : nullptr, chunks, threads};
       if (!up && !demoting) job.keep_staging_lines();
+      if (up && bytes > detail::staging_thresholds{}.ordinary_stores_above) {  // as the engine writes its staging
+        const auto stores = detail::staging_pacer::upload_stores(bytes, chunks.size());
+        job.set_stores(stores.ordinary_from, stores.demoted_from);
+      }
       const auto timed_dma = [&](std::size_t i) {
         marks[2 * i].record(s);
         if (up) {
