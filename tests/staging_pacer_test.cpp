@@ -185,34 +185,58 @@ TEST(StagingPacerPlan, SingleUploadsWriteTheirLaterChunksWithOrdinaryStores) {
   }
 }
 
-// A staged upload takes half as many threads again as the pool's default
-// when short or over the ordinary-stores threshold, the default in between;
-// a batch's uploads over the batch's threshold take twice the default (their
+// A staged upload with ordinary stores takes twice the pool's default up to
+// most_threads_for_uploads_up_to and half as many again above it; one with
+// streaming stores half as many again when short, the default otherwise. A
+// batch's uploads over the batch's threshold take twice the default (their
 // host side limits them), half as many again when short, whatever the single
 // uploads' threshold; what the options set wins over all.
-TEST(StagingPacerThreads, BatchUploadsOverTheThresholdTakeTwiceTheDefault) {
+TEST(StagingPacerThreads, UploadsTakeThreadsByTheirSizeAndStores) {
+  {
+    const copy_options o;
+    const detail::staging_thresholds t;  // ordinary stores above 2 MiB
+    for (const int usual : {1, 3, 8}) {
+      EXPECT_EQ(pacer::upload_threads(1 * MiB, o, t, usual), usual * 3 / 2);
+      EXPECT_EQ(pacer::upload_threads(t.ordinary_stores_above, o, t, usual), usual * 3 / 2);
+      EXPECT_EQ(pacer::upload_threads(t.ordinary_stores_above + 1, o, t, usual), usual * 2);
+      EXPECT_EQ(pacer::upload_threads(pacer::more_threads_for_uploads_up_to + 1, o, t, usual), usual * 2);
+      EXPECT_EQ(pacer::upload_threads(pacer::most_threads_for_uploads_up_to, o, t, usual), usual * 2);
+      EXPECT_EQ(pacer::upload_threads(pacer::most_threads_for_uploads_up_to + 1, o, t, usual), usual * 3 / 2);
+      EXPECT_EQ(pacer::upload_threads(256 * MiB, o, t, usual), usual * 3 / 2);
+    }
+  }
   auto& random = rng();
+  const std::size_t more = pacer::more_threads_for_uploads_up_to;
+  const std::size_t most = pacer::most_threads_for_uploads_up_to;
   for (int trial = 0; trial < 200; ++trial) {
     const int usual = 1 + static_cast<int>(random() % 8);
     detail::staging_thresholds t;
-    t.ordinary_stores_above = pacer::more_threads_for_uploads_up_to + 1 + random() % (64 * MiB);
+    // Above the short uploads' limit, on either side of the most threads' one.
+    t.ordinary_stores_above = more + 1 + random() % (64 * MiB);
     t.batch_ordinary_stores_above = t.ordinary_stores_above;
     copy_options o;
-    const std::size_t short_upload = 1 + random() % pacer::more_threads_for_uploads_up_to;
-    const std::size_t middle = pacer::more_threads_for_uploads_up_to + 1 +
-                               random() % (t.ordinary_stores_above - pacer::more_threads_for_uploads_up_to);
-    const std::size_t large = t.ordinary_stores_above + 1 + random() % (256 * MiB);
+    const std::size_t short_upload = 1 + random() % more;
+    const std::size_t middle = more + 1 + random() % (t.ordinary_stores_above - more);
+    const std::size_t large = std::max(t.ordinary_stores_above, most) + 1 + random() % (256 * MiB);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ", usual " << usual << ", threshold "
                                       << t.ordinary_stores_above << ", middle " << middle << ", large " << large);
     EXPECT_EQ(pacer::upload_threads(short_upload, o, t, usual), usual * 3 / 2);
     EXPECT_EQ(pacer::upload_threads(middle, o, t, usual), usual);
     EXPECT_EQ(pacer::upload_threads(large, o, t, usual), usual * 3 / 2);
+    if (t.ordinary_stores_above < most) {
+      const std::size_t ordinary = t.ordinary_stores_above + 1 + random() % (most - t.ordinary_stores_above);
+      EXPECT_EQ(pacer::upload_threads(ordinary, o, t, usual), usual * 2) << ordinary;
+    }
     EXPECT_EQ(pacer::batch_upload_threads(short_upload, o, t, usual), usual * 3 / 2);
     EXPECT_EQ(pacer::batch_upload_threads(middle, o, t, usual), usual);
     EXPECT_EQ(pacer::batch_upload_threads(t.ordinary_stores_above, o, t, usual), usual);
     EXPECT_EQ(pacer::batch_upload_threads(large, o, t, usual), usual * 2);
-    t.ordinary_stores_above = 1 + random() % pacer::more_threads_for_uploads_up_to;  // no effect on batches
-    EXPECT_EQ(pacer::upload_threads(middle, o, t, usual), usual * 3 / 2);
+    // Ordinary stores from below the short uploads' limit: no effect on batches.
+    t.ordinary_stores_above = 1 + random() % more;
+    const std::size_t ordinary_short = t.ordinary_stores_above + 1 + random() % (more - t.ordinary_stores_above + 1);
+    EXPECT_EQ(pacer::upload_threads(ordinary_short, o, t, usual), usual * 2) << ordinary_short;
+    EXPECT_EQ(pacer::upload_threads(middle, o, t, usual), middle <= most ? usual * 2 : usual * 3 / 2);
+    EXPECT_EQ(pacer::upload_threads(large, o, t, usual), usual * 3 / 2);
     EXPECT_EQ(pacer::batch_upload_threads(short_upload, o, t, usual), usual * 3 / 2);
     EXPECT_EQ(pacer::batch_upload_threads(middle, o, t, usual), usual);
     EXPECT_EQ(pacer::batch_upload_threads(large, o, t, usual), usual * 2);

@@ -105,6 +105,12 @@ class staging_pacer {
   // again as the default, so that one late thread does not hold up the chunk
   // the link waits for (transfer/h2d at 1 MiB, bench/results/h200).
   static constexpr std::size_t more_threads_for_uploads_up_to = std::size_t{4} << 20;
+  // Uploads with ordinary stores up to this size copy with twice the default
+  // threads: ordinary stores copy slower per thread than streaming ones, and
+  // these uploads wait on their host copies (on an H200, 3-16 MiB 1-17%
+  // faster than with half as many again, while 24-64 MiB ones ran 2-6%
+  // slower; bench/results/h200/transfer-h2d-upload-threads.txt).
+  static constexpr std::size_t most_threads_for_uploads_up_to = std::size_t{16} << 20;
 
   // The size of the chunk after one of `bytes` bytes.
   [[nodiscard]] static std::size_t next_chunk(std::size_t bytes, const copy_options& options, growth g) noexcept;
@@ -119,11 +125,13 @@ class staging_pacer {
 
   // How many threads, the caller included, copy a staged upload of `bytes`
   // bytes into its staging (upload_threads) or out of it (download_threads):
-  // what the options set, else `usual` (the pool's default), half as many
-  // again for uploads up to more_threads_for_uploads_up_to or larger than
-  // staging_thresholds::ordinary_stores_above (with the defaults, every
-  // staged upload) and for downloads that demote. Shared with the timeline
-  // tool.
+  // what the options set, else `usual` (the pool's default): twice that for
+  // uploads with ordinary stores (larger than
+  // staging_thresholds::ordinary_stores_above) up to
+  // most_threads_for_uploads_up_to, half as many again for other uploads up
+  // to more_threads_for_uploads_up_to or with ordinary stores (with the
+  // defaults, every other staged upload) and for downloads that demote.
+  // Shared with the timeline tool.
   [[nodiscard]] static int upload_threads(std::size_t bytes, const copy_options& options,
                                           const staging_thresholds& thresholds = {},
                                           int usual = host_copy_pool::default_threads()) noexcept;
