@@ -736,6 +736,40 @@ TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
   }
 }
 
+// A download larger than staging_thresholds::ordinary_download_stores_above, up
+// to ordinary_download_stores_up_to, copies out with ordinary stores, one on
+// either side of that range with streaming stores; every byte arrives either
+// way, into a destination whose bytes around it stay as they were.
+TYPED_TEST(Copy, ADownloadInTheOrdinaryStoresRangeCopiesOutSo) {
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = 64 * KiB;
+  o.max_chunk = 256 * KiB;
+  o.staging_buffers = 3;
+  detail::staging_thresholds t;
+  t.demote_downloads_up_to = rng()() % (2 * MiB);
+  t.ordinary_download_stores_above = 1 * MiB + rng()() % (64 * KiB);
+  t.ordinary_download_stores_up_to = t.ordinary_download_stores_above + 1 * MiB + rng()() % (64 * KiB);
+  stream s{this->dev()};
+  const std::size_t sizes[] = {
+      t.ordinary_download_stores_above, t.ordinary_download_stores_above + 1 + rng()() % (1 * MiB),
+      t.ordinary_download_stores_up_to, t.ordinary_download_stores_up_to + 1 + rng()() % (2 * MiB)};
+  for (const std::size_t n : sizes) {
+    const auto bytes = random_bytes(n);
+    test_buffer d{mem::device, this->kind, n};
+    d.write(bytes);
+    const auto guard = random_bytes(n + 2 * 4096);
+    auto out = guard;
+    const auto before = detail::ordinary_store_download_count();
+    detail::copy_async_with(out.data() + 4096, d.data(), n, s, o, t).wait();
+    const bool ordinary = n > t.ordinary_download_stores_above && n <= t.ordinary_download_stores_up_to;
+    EXPECT_EQ(detail::ordinary_store_download_count() - before, ordinary ? 1U : 0U) << n << " bytes";
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), out.begin() + 4096)) << n << " bytes";
+    EXPECT_TRUE(std::equal(guard.begin(), guard.begin() + 4096, out.begin())) << n << " bytes";
+    EXPECT_TRUE(std::equal(guard.end() - 4096, guard.end(), out.end() - 4096)) << n << " bytes";
+  }
+}
+
 // A download larger than staging_thresholds::demote_downloads_up_to takes a staging
 // block of two rings and uses them in turn: of four such downloads in a row,
 // two use the alternate half; one at or below the threshold takes one ring and

@@ -248,6 +248,59 @@ TEST(StagingPacerThreads, UploadsTakeThreadsByTheirSizeAndStores) {
   }
 }
 
+// Downloads that demote their staging lines or copy out with ordinary stores
+// take half as many threads again as the default, others the default, and
+// the options' count wins over both.
+TEST(StagingPacerThreads, DownloadsTakeThreadsByTheirDemotingAndStores) {
+  {
+    const copy_options o;
+    const detail::staging_thresholds t;  // demoting up to 16 MiB, ordinary stores over 8 MiB up to 32 MiB
+    for (const int usual : {1, 3, 8}) {
+      EXPECT_EQ(pacer::download_threads(1 * MiB, o, t, usual), usual * 3 / 2);
+      EXPECT_EQ(pacer::download_threads(t.demote_downloads_up_to, o, t, usual), usual * 3 / 2);
+      EXPECT_EQ(pacer::download_threads(t.demote_downloads_up_to + 1, o, t, usual), usual * 3 / 2);
+      EXPECT_EQ(pacer::download_threads(t.ordinary_download_stores_up_to, o, t, usual), usual * 3 / 2);
+      EXPECT_EQ(pacer::download_threads(t.ordinary_download_stores_up_to + 1, o, t, usual), usual);
+      EXPECT_EQ(pacer::download_threads(256 * MiB, o, t, usual), usual);
+    }
+    EXPECT_FALSE(pacer::download_ordinary_stores(1 * MiB, t));
+    EXPECT_FALSE(pacer::download_ordinary_stores(t.ordinary_download_stores_above, t));
+    EXPECT_TRUE(pacer::download_ordinary_stores(t.ordinary_download_stores_above + 1, t));
+    EXPECT_TRUE(pacer::download_ordinary_stores(t.ordinary_download_stores_up_to, t));
+    EXPECT_FALSE(pacer::download_ordinary_stores(t.ordinary_download_stores_up_to + 1, t));
+  }
+  auto& random = rng();
+  for (int trial = 0; trial < 200; ++trial) {
+    const int usual = 1 + static_cast<int>(random() % 8);
+    detail::staging_thresholds t;
+    // Demoting up to a random size, then a gap, then a random range of ordinary stores.
+    t.demote_downloads_up_to = 1 + random() % (16 * MiB);
+    t.ordinary_download_stores_above = t.demote_downloads_up_to + 1 + random() % (16 * MiB);
+    t.ordinary_download_stores_up_to = t.ordinary_download_stores_above + 1 + random() % (64 * MiB);
+    const std::size_t demoting = 1 + random() % t.demote_downloads_up_to;
+    const std::size_t gap =
+        t.demote_downloads_up_to + 1 + random() % (t.ordinary_download_stores_above - t.demote_downloads_up_to);
+    const std::size_t ordinary = t.ordinary_download_stores_above + 1 +
+                                 random() % (t.ordinary_download_stores_up_to - t.ordinary_download_stores_above);
+    const std::size_t large = t.ordinary_download_stores_up_to + 1 + random() % (256 * MiB);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", usual " << usual << ", sizes " << demoting << " "
+                                      << gap << " " << ordinary << " " << large);
+    copy_options o;
+    EXPECT_EQ(pacer::download_threads(demoting, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(pacer::download_threads(gap, o, t, usual), usual);
+    EXPECT_EQ(pacer::download_threads(ordinary, o, t, usual), usual * 3 / 2);
+    EXPECT_EQ(pacer::download_threads(large, o, t, usual), usual);
+    EXPECT_FALSE(pacer::download_ordinary_stores(demoting, t));
+    EXPECT_FALSE(pacer::download_ordinary_stores(gap, t));
+    EXPECT_TRUE(pacer::download_ordinary_stores(ordinary, t));
+    EXPECT_FALSE(pacer::download_ordinary_stores(large, t));
+    o.host_threads = 1 + static_cast<int>(random() % 16);
+    for (const std::size_t bytes : {demoting, gap, ordinary, large}) {
+      EXPECT_EQ(pacer::download_threads(bytes, o, t, usual), o.host_threads);
+    }
+  }
+}
+
 // The ring holds as many buffers as the options give, but never more than
 // the copy has chunks; each chunk after the first grows from the one before.
 TEST(StagingPacerPlan, TheRingHoldsNoMoreBuffersThanChunks) {

@@ -77,8 +77,9 @@ int main(int argc, char** argv) {
   const stream_view s = own;
   const copy_options options = get_copy_options();
   // As the engine: short downloads demote the staging lines they read, with
-  // more threads, and uploads over 2 MiB write their later chunks with
-  // ordinary stores (staging_pacer.hpp).
+  // more threads, downloads over 8 MiB up to 32 MiB copy out with ordinary
+  // stores, and uploads over 2 MiB write their later chunks with ordinary
+  // stores (staging_pacer.hpp).
   const bool demoting = !up && detail::staging_pacer::demotes_download(bytes);
   const int threads = up ? detail::staging_pacer::upload_threads(bytes, options)
                          : detail::staging_pacer::download_threads(bytes, options);
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
       host_copy_pool::job job{host_copy_pool::instance(),     dir,    up ? nullptr : pageable.data(),
                               up ? pageable.data() : nullptr, chunks, threads};
       if (!up && !demoting) job.keep_staging_lines();
+      if (!up && detail::staging_pacer::download_ordinary_stores(bytes)) job.copy_out_with_ordinary_stores();
       if (up && bytes > detail::staging_thresholds{}.ordinary_stores_above) {  // as the engine writes its staging
         const auto stores = detail::staging_pacer::upload_stores(bytes, chunks.size());
         job.set_stores(stores.ordinary_from, stores.demoted_from);

@@ -128,6 +128,11 @@ void note_ordinary_store_upload() noexcept;
 // (staging_thresholds::demote_downloads_up_to), in this process (for tests).
 [[nodiscard]] std::uint64_t demoting_download_count() noexcept;
 
+// Staged downloads that copied out with ordinary stores
+// (staging_thresholds::ordinary_download_stores_above), in this process (for
+// tests).
+[[nodiscard]] std::uint64_t ordinary_store_download_count() noexcept;
+
 // Staged downloads that used the alternate half of their double staging block
 // (those larger than staging_thresholds::demote_downloads_up_to alternate), in
 // this process (for tests).

@@ -79,10 +79,11 @@ class staging_ring {
   bool host_only_ = false;
 };
 
-std::atomic<std::uint64_t> staged_upload_dmas{0};                   // see staged_upload_dma_count
-std::atomic<std::uint64_t> staged_uploads_with_ordinary_stores{0};  // see ordinary_store_upload_count
-std::atomic<std::uint64_t> staged_downloads_demoting{0};            // see demoting_download_count
-std::atomic<std::uint64_t> staged_downloads_on_alternate_half{0};   // see alternate_half_download_count
+std::atomic<std::uint64_t> staged_upload_dmas{0};                     // see staged_upload_dma_count
+std::atomic<std::uint64_t> staged_uploads_with_ordinary_stores{0};    // see ordinary_store_upload_count
+std::atomic<std::uint64_t> staged_downloads_demoting{0};              // see demoting_download_count
+std::atomic<std::uint64_t> staged_downloads_with_ordinary_stores{0};  // see ordinary_store_download_count
+std::atomic<std::uint64_t> staged_downloads_on_alternate_half{0};     // see alternate_half_download_count
 std::atomic<unsigned> download_ring_turn{0};  // bit 0: the ring the next download that keeps its lines takes
 
 }  // namespace
@@ -200,6 +201,9 @@ transfer staged_to_device(std::byte* dst, const std::byte* src, std::size_t byte
 // and uses its halves in turn, so that its first DMAs land in buffers the
 // cores read a whole download ago, not in those the last download read at its
 // end (transfer/d2h, bench/results/h200).
+//
+// Stores: downloads over 8 MiB up to 32 MiB copy out with ordinary stores,
+// which leave memory to the DMAs they wait for (staging_thresholds).
 transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s, const copy_options& o,
                         const staging_thresholds& t) {
   std::size_t largest = 0;
@@ -228,6 +232,10 @@ transfer staged_to_host(std::byte* dst, const std::byte* src, std::size_t bytes,
       staged_downloads_demoting.fetch_add(1, std::memory_order_relaxed);
     } else {
       job.keep_staging_lines();
+    }
+    if (staging_pacer::download_ordinary_stores(bytes, t)) {
+      job.copy_out_with_ordinary_stores();
+      staged_downloads_with_ordinary_stores.fetch_add(1, std::memory_order_relaxed);
     }
     for (std::size_t i = 0; i < count; ++i) job.open(i, buffer(i), pacer.gate(i));
     for (std::size_t i = 0; i < chunks.size(); ++i) {
@@ -318,6 +326,9 @@ void note_ordinary_store_upload() noexcept {
   staged_uploads_with_ordinary_stores.fetch_add(1, std::memory_order_relaxed);
 }
 std::uint64_t demoting_download_count() noexcept { return staged_downloads_demoting.load(std::memory_order_relaxed); }
+std::uint64_t ordinary_store_download_count() noexcept {
+  return staged_downloads_with_ordinary_stores.load(std::memory_order_relaxed);
+}
 std::uint64_t alternate_half_download_count() noexcept {
   return staged_downloads_on_alternate_half.load(std::memory_order_relaxed);
 }

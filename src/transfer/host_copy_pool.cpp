@@ -485,12 +485,17 @@ void host_copy_pool::job::run(std::size_t p) noexcept {
         }
         break;
       }
-      case direction::from_staging:
-        copy_piece(state.user != nullptr ? state.user + in_chunk : dst_ + pc.offset, state.staging + in_chunk,
-                   pc.bytes);
+      case direction::from_staging: {
+        std::byte* out = state.user != nullptr ? state.user + in_chunk : dst_ + pc.offset;
+        if (ordinary_out_) {
+          std::memcpy(out, state.staging + in_chunk, pc.bytes);
+        } else {
+          copy_piece(out, state.staging + in_chunk, pc.bytes);
+        }
         // Demoted before the next DMA into the buffer, once the piece is reported done.
         if (demote_staging_) pending.add(state.staging + in_chunk, pc.bytes);
         break;
+      }
       case direction::host_to_host:
         copy_piece(dst_ + pc.offset, src_ + pc.offset, pc.bytes);
         break;

@@ -197,6 +197,12 @@ class host_copy_pool::job {
   // caches instead of demoting them (later: see the top of this file); set
   // before the first chunk is opened.
   void keep_staging_lines() noexcept { demote_staging_ = false; }
+  // A from_staging job writes the user's memory with ordinary stores
+  // (memcpy) rather than streaming ones (copy_piece), so that it does not fill
+  // memory beside the DMAs bringing the next chunks in (see
+  // staging_thresholds::ordinary_download_stores_above); set before the first
+  // chunk is opened.
+  void copy_out_with_ordinary_stores() noexcept { ordinary_out_ = true; }
   [[nodiscard]] int helpers() const noexcept { return helpers_allowed_.load(std::memory_order_relaxed); }
 
  private:
@@ -245,6 +251,7 @@ class host_copy_pool::job {
   std::exception_ptr error_;
   std::size_t opened_chunks_ = 0;
   bool demote_staging_ = true;  // from_staging: demote what it has read
+  bool ordinary_out_ = false;   // from_staging: memcpy, not copy_piece (copy_out_with_ordinary_stores)
   std::size_t ordinary_from_;   // to_staging: chunks from here memcpy, not copy_piece (set_stores)
   std::size_t demoted_from_;    // to_staging: chunks from here memcpy and demote
   int slot_ = -1;               // in the pool, while pool threads may help

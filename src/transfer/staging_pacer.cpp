@@ -85,8 +85,8 @@ bool staging_pacer::demotes_download(std::size_t bytes, const staging_thresholds
   return bytes <= t.demote_downloads_up_to;
 }
 
-// Short uploads, uploads with ordinary stores and demoting downloads copy with
-// half as many threads again as the default (see staged_to_device and
+// Short uploads, uploads with ordinary stores, and downloads that demote or
+// copy out with ordinary stores copy with half as many threads again as the default (see staged_to_device and
 // staged_to_host in copy_paths.cpp), unless the options set a number: at most
 // three quarters of the cores; uploads with ordinary stores up to 16 MiB with
 // twice the default, every core of a machine of up to 16.
@@ -111,7 +111,11 @@ int staging_pacer::batch_upload_threads(std::size_t bytes, const copy_options& o
 int staging_pacer::download_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
                                     int usual) noexcept {
   if (o.host_threads > 0) return o.host_threads;
-  return demotes_download(bytes, t) ? usual * 3 / 2 : usual;
+  return demotes_download(bytes, t) || download_ordinary_stores(bytes, t) ? usual * 3 / 2 : usual;
+}
+
+bool staging_pacer::download_ordinary_stores(std::size_t bytes, const staging_thresholds& t) noexcept {
+  return bytes > t.ordinary_download_stores_above && bytes <= t.ordinary_download_stores_up_to;
 }
 
 }  // namespace syncmem::detail

@@ -47,6 +47,15 @@ struct staging_thresholds {
   // the next download's first DMAs; larger ones, limited by their copy-out,
   // alternate between two rings instead (transfer/d2h, bench/results/h200).
   std::size_t demote_downloads_up_to = std::size_t{16} << 20;
+  // Downloads larger than this, up to ordinary_download_stores_up_to, copy out
+  // with ordinary stores and half as many threads again: streaming stores
+  // fill memory and slow the DMAs bringing the next chunks in, which these
+  // downloads wait for, while the lines ordinary stores leave in the shared
+  // cache cost smaller downloads their copy-out and larger ones their DMAs
+  // (transfer/d2h at 16 MiB, engine_threads from 4 to 128 MiB;
+  // bench/results/h200/transfer-d2h-ordinary-stores.txt).
+  std::size_t ordinary_download_stores_above = std::size_t{8} << 20;
+  std::size_t ordinary_download_stores_up_to = std::size_t{32} << 20;
 };
 
 // The events of a ring's buffers, given back to the pool however the copy
@@ -130,7 +139,8 @@ class staging_pacer {
   // staging_thresholds::ordinary_stores_above) up to
   // most_threads_for_uploads_up_to, half as many again for other uploads up
   // to more_threads_for_uploads_up_to or with ordinary stores (with the
-  // defaults, every other staged upload) and for downloads that demote.
+  // defaults, every other staged upload) and for downloads that demote or
+  // copy out with ordinary stores.
   // Shared with the timeline tool.
   [[nodiscard]] static int upload_threads(std::size_t bytes, const copy_options& options,
                                           const staging_thresholds& thresholds = {},
@@ -147,6 +157,11 @@ class staging_pacer {
   // Whether a staged download of `bytes` bytes demotes the staging lines it
   // reads. Shared with the timeline tool.
   [[nodiscard]] static bool demotes_download(std::size_t bytes, const staging_thresholds& thresholds = {}) noexcept;
+  // Whether a staged download of `bytes` bytes copies out with ordinary
+  // stores (host_copy_pool::job::copy_out_with_ordinary_stores). Shared with
+  // the timeline tool.
+  [[nodiscard]] static bool download_ordinary_stores(std::size_t bytes,
+                                                     const staging_thresholds& thresholds = {}) noexcept;
 
   // Which chunks of a single upload's job get ordinary stores and which are
   // also demoted (host_copy_pool::job::set_stores): none up to
