@@ -1,4 +1,4 @@
-# Runs the syncmem command with ARGS (and ENV, "NAME=VALUE;..."), and checks
+# Runs COMMAND (the syncmem command, or a test program) with ARGS (and ENV, "NAME=VALUE;..."), and checks
 # its exit status against EXIT and its output against the regex MATCH.
 set(_env_args)
 foreach(_pair IN LISTS ENV)

@@ -1,8 +1,9 @@
 // The main of every test program: enables emulated devices (several, so that
-// device affinity is exercised) unless SYNCMEM_EMULATED_DEVICES says how many,
-// prints the run's random seed, and fails the program when a test ran an
-// operation on an emulated device that was not its thread's current one (a
-// missing device_guard, which on a GPU acts on the wrong device).
+// device affinity is exercised) unless SYNCMEM_EMULATED_DEVICES is set, which
+// must then give as many; prints the run's random seed, and fails the program
+// when a test ran an operation on an emulated device that was not its
+// thread's current one (a missing device_guard, which on a GPU acts on the
+// wrong device).
 
 #include <gtest/gtest.h>
 
@@ -44,11 +45,21 @@ int main(int argc, char** argv) {
   // wait for the latch that only the test, blocked in the launch, releases.
   if (std::getenv("CUDA_MODULE_LOADING") == nullptr) setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   ::testing::InitGoogleTest(&argc, argv);
-  if (std::getenv("SYNCMEM_EMULATED_DEVICES") == nullptr) {
+  if (const char* set = std::getenv("SYNCMEM_EMULATED_DEVICES"); set == nullptr) {
     syncmem::emulated_options options = syncmem::emulated_device_options();
     options.device_count = syncmem::test::emulated_test_devices;
     options.memory_per_device = std::size_t{512} << 20;
     syncmem::enable_emulated_devices(options);
+  } else if (const int have = syncmem::device_count(syncmem::device_kind::emulated);
+             have != syncmem::test::emulated_test_devices) {
+    // Tests take the emulated devices as given (their count, the indices they
+    // use), and would fail one by one, some in std::terminate on a thread.
+    std::fprintf(stderr,
+                 "syncmem tests: SYNCMEM_EMULATED_DEVICES='%s' gives %d emulated device(s); the tests use %d. "
+                 "Unset it (the tests then enable %d) or set it to %d.\n",
+                 set, have, syncmem::test::emulated_test_devices, syncmem::test::emulated_test_devices,
+                 syncmem::test::emulated_test_devices);
+    return 1;
   }
   std::printf("syncmem tests: seed %llu (replay with SYNCMEM_TEST_SEED), %d CUDA and %d emulated devices\n",
               static_cast<unsigned long long>(syncmem::test::run_seed()),
