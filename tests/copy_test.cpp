@@ -171,6 +171,16 @@ stream_view stream_for(device_kind k, const test_buffer& from, const test_buffer
   return default_stream(device_id{k, 0});
 }
 
+// Options that stage every copy, in chunks of 64-256 KiB, so that a few MiB
+// make a copy of many chunks.
+copy_options small_chunks() {
+  copy_options o;
+  o.direct_threshold = 0;
+  o.min_chunk = 64 * KiB;
+  o.max_chunk = 256 * KiB;
+  return o;
+}
+
 template <class Kind>
 class Copy : public device_test<Kind> {
  protected:
@@ -216,6 +226,26 @@ class Copy : public device_test<Kind> {
         }
       }
     }
+  }
+
+  // Downloads n fresh random bytes of device memory with `o` and `t` into a
+  // pageable range with a page of random bytes on either side, checks every
+  // byte of it, and returns how much `counter` (one of the engine's) grew.
+  template <class Count>
+  std::uint64_t guarded_download(std::size_t n, stream_view s, const copy_options& o,
+                                 const detail::staging_thresholds& t, Count counter) {
+    const auto bytes = random_bytes(n);
+    test_buffer d{mem::device, this->kind, n};
+    d.write(bytes);
+    const auto guard = random_bytes(n + 2 * 4096);
+    auto out = guard;
+    const auto before = counter();
+    detail::copy_async_with(out.data() + 4096, d.data(), n, s, o, t).wait();
+    const std::uint64_t grew = counter() - before;
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), out.begin() + 4096)) << n << " bytes";
+    EXPECT_TRUE(std::equal(guard.begin(), guard.begin() + 4096, out.begin())) << n << " bytes";
+    EXPECT_TRUE(std::equal(guard.end() - 4096, guard.end(), out.end() - 4096)) << n << " bytes";
+    return grew;
   }
 };
 TYPED_TEST_SUITE(Copy, device_kinds, device_kind_names);
@@ -675,10 +705,7 @@ TYPED_TEST(Copy, AnUploadMergesAdjacentChunksWhileTheLinkIsBusy) {
 // Where the CPU demotes, the threads have demoted at least the chunks the plan
 // names by the time the copy returns (other tests' leftovers may add more).
 TYPED_TEST(Copy, AnUploadAboveTheThresholdUsesOrdinaryStores) {
-  copy_options o;
-  o.direct_threshold = 0;
-  o.min_chunk = 64 * KiB;
-  o.max_chunk = 256 * KiB;
+  copy_options o = small_chunks();
   detail::staging_thresholds t;
   t.ordinary_stores_above = 1 * MiB + rng()() % (64 * KiB);
   t.demote_every_ordinary_chunk_up_to = t.ordinary_stores_above + 1 * MiB + rng()() % (64 * KiB);
@@ -709,10 +736,7 @@ TYPED_TEST(Copy, AnUploadAboveTheThresholdUsesOrdinaryStores) {
 // lines it has read, a larger one leaves them, and 0 demotes none; every byte
 // arrives either way, into a destination whose bytes around it stay as they were.
 TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
-  copy_options o;
-  o.direct_threshold = 0;
-  o.min_chunk = 64 * KiB;
-  o.max_chunk = 256 * KiB;
+  copy_options o = small_chunks();
   o.staging_buffers = 3;
   detail::staging_thresholds t;
   t.demote_downloads_up_to = 1 * MiB + rng()() % (64 * KiB);
@@ -721,17 +745,8 @@ TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
   for (const std::size_t limit : {t.demote_downloads_up_to, std::size_t{0}}) {
     t.demote_downloads_up_to = limit;
     for (const std::size_t n : {std::size_t{1} * MiB - rng()() % (64 * KiB), above}) {
-      const auto bytes = random_bytes(n);
-      test_buffer d{mem::device, this->kind, n};
-      d.write(bytes);
-      const auto guard = random_bytes(n + 2 * 4096);
-      auto out = guard;
-      const auto before = detail::demoting_download_count();
-      detail::copy_async_with(out.data() + 4096, d.data(), n, s, o, t).wait();
-      EXPECT_EQ(detail::demoting_download_count() - before, n <= limit ? 1U : 0U) << n << " bytes, limit " << limit;
-      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), out.begin() + 4096)) << n << " bytes";
-      EXPECT_TRUE(std::equal(guard.begin(), guard.begin() + 4096, out.begin())) << n << " bytes";
-      EXPECT_TRUE(std::equal(guard.end() - 4096, guard.end(), out.end() - 4096)) << n << " bytes";
+      EXPECT_EQ(this->guarded_download(n, s, o, t, detail::demoting_download_count), n <= limit ? 1U : 0U)
+          << n << " bytes, limit " << limit;
     }
   }
 }
@@ -741,10 +756,7 @@ TYPED_TEST(Copy, ADownloadDemotesItsStagingUpToTheThreshold) {
 // either side of that range with streaming stores; every byte arrives either
 // way, into a destination whose bytes around it stay as they were.
 TYPED_TEST(Copy, ADownloadInTheOrdinaryStoresRangeCopiesOutSo) {
-  copy_options o;
-  o.direct_threshold = 0;
-  o.min_chunk = 64 * KiB;
-  o.max_chunk = 256 * KiB;
+  copy_options o = small_chunks();
   o.staging_buffers = 3;
   detail::staging_thresholds t;
   t.demote_downloads_up_to = rng()() % (2 * MiB);
@@ -755,18 +767,9 @@ TYPED_TEST(Copy, ADownloadInTheOrdinaryStoresRangeCopiesOutSo) {
       t.ordinary_download_stores_above, t.ordinary_download_stores_above + 1 + rng()() % (1 * MiB),
       t.ordinary_download_stores_up_to, t.ordinary_download_stores_up_to + 1 + rng()() % (2 * MiB)};
   for (const std::size_t n : sizes) {
-    const auto bytes = random_bytes(n);
-    test_buffer d{mem::device, this->kind, n};
-    d.write(bytes);
-    const auto guard = random_bytes(n + 2 * 4096);
-    auto out = guard;
-    const auto before = detail::ordinary_store_download_count();
-    detail::copy_async_with(out.data() + 4096, d.data(), n, s, o, t).wait();
     const bool ordinary = n > t.ordinary_download_stores_above && n <= t.ordinary_download_stores_up_to;
-    EXPECT_EQ(detail::ordinary_store_download_count() - before, ordinary ? 1U : 0U) << n << " bytes";
-    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), out.begin() + 4096)) << n << " bytes";
-    EXPECT_TRUE(std::equal(guard.begin(), guard.begin() + 4096, out.begin())) << n << " bytes";
-    EXPECT_TRUE(std::equal(guard.end() - 4096, guard.end(), out.end() - 4096)) << n << " bytes";
+    EXPECT_EQ(this->guarded_download(n, s, o, t, detail::ordinary_store_download_count), ordinary ? 1U : 0U)
+        << n << " bytes";
   }
 }
 
@@ -777,10 +780,7 @@ TYPED_TEST(Copy, ADownloadInTheOrdinaryStoresRangeCopiesOutSo) {
 // copy_options::staging, here one of the test's own, whose peak shows the
 // block's size; every byte arrives, and the bytes around the destination stay.
 TYPED_TEST(Copy, LargeDownloadsTakeTheirTwoRingsInTurn) {
-  copy_options o;
-  o.direct_threshold = 0;
-  o.min_chunk = 64 * KiB;
-  o.max_chunk = 256 * KiB;
+  copy_options o = small_chunks();
   o.staging_buffers = 2 + static_cast<int>(rng()() % 4);
   detail::staging_thresholds t;
   t.demote_downloads_up_to = 1 * MiB + rng()() % (64 * KiB);
@@ -816,10 +816,7 @@ TYPED_TEST(Copy, LargeDownloadsTakeTheirTwoRingsInTurn) {
 // back-to-back copies pin nothing new.
 TYPED_TEST(Copy, AWaitedCopyLeavesItsStagingBuffersReady) {
   scoped_emulated_delay delay{std::chrono::microseconds{1000}};
-  copy_options o;
-  o.direct_threshold = 0;
-  o.min_chunk = 64 * KiB;
-  o.max_chunk = 256 * KiB;
+  copy_options o = small_chunks();
   stream s{this->dev()};
   const std::size_t n = 1 * MiB + 5;
   test_buffer d{mem::device, this->kind, n};
