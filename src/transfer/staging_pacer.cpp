@@ -86,10 +86,11 @@ bool staging_pacer::demotes_download(std::size_t bytes, const staging_thresholds
 }
 
 // Short uploads, uploads with ordinary stores, and downloads that demote or
-// copy out with ordinary stores copy with half as many threads again as the default (see staged_to_device and
-// staged_to_host in copy_paths.cpp), unless the options set a number: at most
-// three quarters of the cores; uploads with ordinary stores up to 16 MiB with
-// twice the default, every core of a machine of up to 16.
+// copy out with ordinary stores copy with half as many threads again as the
+// default (see staged_to_device and staged_to_host in copy_paths.cpp), unless
+// the options set a number: at most three quarters of the cores; uploads with
+// ordinary stores up to 16 MiB with twice the default, every core of a
+// machine of up to 16.
 int staging_pacer::upload_threads(std::size_t bytes, const copy_options& o, const staging_thresholds& t,
                                   int usual) noexcept {
   if (o.host_threads > 0) return o.host_threads;
