@@ -254,7 +254,7 @@ TEST(StagingPacerThreads, UploadsTakeThreadsByTheirSizeAndStores) {
 TEST(StagingPacerThreads, DownloadsTakeThreadsByTheirDemotingAndStores) {
   {
     const copy_options o;
-    const detail::staging_thresholds t;  // demoting up to 16 MiB, ordinary stores over 8 MiB up to 32 MiB
+    const detail::staging_thresholds t;  // demoting up to 8 MiB, ordinary stores over 8 MiB up to 32 MiB
     for (const int usual : {1, 3, 8}) {
       EXPECT_EQ(pacer::download_threads(1 * MiB, o, t, usual), usual * 3 / 2);
       EXPECT_EQ(pacer::download_threads(t.demote_downloads_up_to, o, t, usual), usual * 3 / 2);
@@ -268,6 +268,10 @@ TEST(StagingPacerThreads, DownloadsTakeThreadsByTheirDemotingAndStores) {
     EXPECT_TRUE(pacer::download_ordinary_stores(t.ordinary_download_stores_above + 1, t));
     EXPECT_TRUE(pacer::download_ordinary_stores(t.ordinary_download_stores_up_to, t));
     EXPECT_FALSE(pacer::download_ordinary_stores(t.ordinary_download_stores_up_to + 1, t));
+    // A download demotes or copies out with ordinary stores, never both.
+    EXPECT_TRUE(pacer::demotes_download(t.ordinary_download_stores_above, t));
+    EXPECT_FALSE(pacer::demotes_download(t.ordinary_download_stores_above + 1, t));
+    EXPECT_FALSE(pacer::demotes_download(16 * MiB, t));
   }
   auto& random = rng();
   for (int trial = 0; trial < 200; ++trial) {

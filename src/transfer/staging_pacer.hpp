@@ -46,7 +46,10 @@ struct staging_thresholds {
   // Downloads up to this demote the staging lines they read, which would slow
   // the next download's first DMAs; larger ones, limited by their copy-out,
   // alternate between two rings instead (transfer/d2h, bench/results/h200).
-  std::size_t demote_downloads_up_to = std::size_t{16} << 20;
+  // Those that copy out with ordinary stores (over 8 MiB) do not demote: the
+  // demoting lands on the next download, and back to back they ran 10-50%
+  // faster without it (transfer-d2h-demoting.txt).
+  std::size_t demote_downloads_up_to = std::size_t{8} << 20;
   // Downloads larger than this, up to ordinary_download_stores_up_to, copy out
   // with ordinary stores and half as many threads again: streaming stores
   // fill memory and slow the DMAs bringing the next chunks in, which these
